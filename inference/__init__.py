@@ -1,0 +1,28 @@
+"""Inference algorithms for ``llamppl.Model`` programs.
+
+All are ``async`` and return an :class:`SMCResult`; call them with ``await``
+inside async code or through :func:`llamppl.run` from plain code::
+
+    from llamppl import run
+    from llamppl.inference import smc_standard, smc_steer, importance_sampling, enumerate_exact
+    result = run(smc_steer(model, n_particles=8, n_beam=3, seed=0))
+"""
+
+from .enumerate import enumerate_exact
+from .importance import importance_sampling
+from .resampling import RESAMPLERS, get_resampler
+from .result import SMCResult, StepRecord
+from .smc_standard import smc_standard
+from .smc_steer import smc_steer, steer_downsample
+
+__all__ = [
+    "smc_standard",
+    "smc_steer",
+    "importance_sampling",
+    "enumerate_exact",
+    "SMCResult",
+    "StepRecord",
+    "RESAMPLERS",
+    "get_resampler",
+    "steer_downsample",
+]

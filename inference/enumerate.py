@@ -1,0 +1,118 @@
+"""``enumerate_exact``: the exact posterior and log Z of a finite program, by visiting every path.
+
+Every ``sample`` must use a distribution with finite support (``support()``).
+Each call of ``step`` is replayed from the particle's state at the start of the
+step with a growing list of forced choices: when the program reaches a choice
+beyond the list, the replay stops and branches on every value of positive
+probability under the proposal. A path that picks v for ``sample(p, q)``
+contributes q(v) · p(v)/q(v) = p(v) (so its weight gains log p(v));
+observations, conditions and twists score as usual. Identical states are
+merged after every step. This is the oracle the tests compare every sampler
+against::
+
+    exact = await enumerate_exact(model)
+    exact.log_ml, exact.posterior
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+
+from llamppl.distributions import Distribution
+from llamppl.modeling import Model
+from llamppl.validation import check_positive_int
+from llamppl.weights import logsumexp
+
+from .particles import LMCounters, check_model, log_weights
+from .result import SMCResult, StepRecord
+from .smc_steer import merge_duplicates
+
+__all__ = ["enumerate_exact"]
+
+
+class _Branch(BaseException):
+    """Raised by a replay that reached a new choice point; carries the choice's support."""
+
+    def __init__(self, values: list[Any]) -> None:
+        self.values = values
+
+
+class _Replay:
+    """Feeds forced choices to ``Model.sample``; raises ``_Branch`` at the first unforced one."""
+
+    def __init__(self, forced: list[Any]) -> None:
+        self.forced = forced
+        self.position = 0
+
+    async def choose(self, model: Model, dist: Distribution, proposal: Distribution | None) -> Any:
+        if self.position == len(self.forced):
+            support = await (proposal or dist).support()
+            if not support:
+                raise ValueError(f"{type(proposal or dist).__name__} has empty support")
+            raise _Branch([v for v, _ in support])
+        value = self.forced[self.position]
+        self.position += 1
+        if proposal is not None:
+            await proposal.log_prob(value)  # same side effects as proposal.sample()
+        model.score(await dist.log_prob(value))  # q(v) · p(v)/q(v)
+        return value
+
+
+async def _expand(particle: Model, hook: str) -> list[Model]:
+    """All children of ``particle`` after one call of ``hook`` ("advance" or "begin")."""
+    children, stack = [], [[]]
+    while stack:
+        forced = stack.pop()
+        child = particle.clone()
+        child._replay = _Replay(forced)
+        try:
+            await getattr(child, hook)()
+        except _Branch as branch:
+            stack.extend(forced + [v] for v in reversed(branch.values))
+            continue
+        finally:
+            child._replay = None
+        children.append(child)
+    return children
+
+
+async def enumerate_exact(model: Model, max_steps: int | None = None) -> SMCResult:
+    """Exact posterior over final particles and exact ``log_ml = log Z``.
+
+    ``max_steps`` truncates the program: paths still running after that many steps
+    are kept as final states (the Feynman–Kac model with horizon ``max_steps``)
+    and a warning says how much mass they carry.
+    """
+    check_model(model)
+    if max_steps is not None:
+        max_steps = check_positive_int("max_steps", max_steps)
+    counters = LMCounters(model)
+    root = model.clone()
+    frontier = [c for c in await _expand(root, "begin")]
+    finals: list[Model] = []
+    history: list[StepRecord] = []
+    t = 0
+    while True:
+        frontier = merge_duplicates(frontier)
+        finals += [p for p in frontier if p.done_stepping() and p.weight > -math.inf]
+        frontier = [p for p in frontier if not p.done_stepping()]
+        if not frontier:
+            break
+        if max_steps is not None and t >= max_steps:
+            mass = math.exp(logsumexp(log_weights(frontier)))
+            warnings.warn(f"enumerate_exact stopped after max_steps={max_steps}; {len(frontier)} unfinished paths (mass {mass:.3g}) kept as final", stacklevel=2)
+            finals += frontier
+            break
+        new: list[Model] = []
+        for p in frontier:
+            new += await _expand(p, "advance")
+        frontier = new
+        t += 1
+        history.append(StepRecord(t, float("nan"), False, None, float("nan"), len(frontier)))
+    finals = merge_duplicates(finals)
+    w = log_weights(finals) if finals else np.zeros(0)
+    return SMCResult(finals, w, logsumexp(w), history, counters.finish(steps=t, paths=len(finals)), "enumerate_exact")

@@ -1,0 +1,110 @@
+"""``SMCResult``: what every inference algorithm returns.
+
+Holds the final particles and their log weights, the log marginal-likelihood
+estimate, a per-step history and run statistics; displays as a table in
+Jupyter and iterates over its particles (LLaMPPL compatibility)::
+
+    result = run(smc_standard(model, 16, seed=0))
+    result.log_ml            # log Ẑ
+    result.posterior         # {particle text: normalised weight}
+    best = result.sample()   # one particle drawn ∝ weight
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from llamppl.modeling import Model
+from llamppl.rng import make_rng
+from llamppl.weights import ess, normalize
+
+__all__ = ["SMCResult", "StepRecord"]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of an inference run.
+
+    ``ess`` is measured after reweighting and before resampling; ``ancestors``
+    (indices into the previous population, or candidates for ``smc_steer``) is
+    None when no resampling happened; ``log_ml`` is the running log Ẑ.
+    """
+
+    step: int
+    ess: float
+    resampled: bool
+    ancestors: np.ndarray | None
+    log_ml: float
+    n_live: int
+
+
+@dataclass
+class SMCResult:
+    """Particles, log weights and log Ẑ of an inference run (exact values for ``enumerate_exact``)."""
+
+    particles: list[Model]
+    log_weights: np.ndarray
+    log_ml: float
+    history: list[StepRecord] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    algorithm: str = ""
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Normalised weights of ``particles``."""
+        return normalize(self.log_weights)
+
+    @property
+    def ess(self) -> float:
+        """Effective sample size of the final weights."""
+        return ess(self.log_weights)
+
+    @property
+    def posterior(self) -> dict[str, float]:
+        """Normalised weight of each distinct ``string_for_serialization()``, largest first."""
+        acc: dict[str, float] = defaultdict(float)
+        for p, w in zip(self.particles, self.weights):
+            if w > 0:
+                acc[p.string_for_serialization()] += float(w)
+        return dict(sorted(acc.items(), key=lambda kv: -kv[1]))
+
+    def sample(self, rng: np.random.Generator | int | None = None) -> Model:
+        """One particle drawn with probability ∝ its weight."""
+        w = self.weights
+        if w.sum() <= 0:
+            raise ValueError("cannot sample: every particle has weight zero (log_ml is -inf)")
+        return self.particles[int(make_rng(rng).choice(len(w), p=w / w.sum()))]
+
+    def __iter__(self):
+        return iter(self.particles)
+
+    def __len__(self) -> int:
+        return len(self.particles)
+
+    def __getitem__(self, i: int) -> Model:
+        return self.particles[i]
+
+    def __repr__(self) -> str:
+        lines = [f"SMCResult({self.algorithm or 'inference'}: {len(self.particles)} particles, log_ml={self.log_ml:.4f})"]
+        if self.log_ml == -math.inf:
+            lines.append("  every particle has weight zero: no path satisfied the model's constraints")
+        for text, w in list(self.posterior.items())[:10]:
+            lines.append(f"  {w:8.4f}  {text!r}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{w:.4f}</td><td style='text-align:left'>{html.escape(t)}</td></tr>"
+            for t, w in list(self.posterior.items())[:20]
+        )
+        return (
+            f"<b>{html.escape(self.algorithm or 'inference')}</b>: {len(self.particles)} particles, "
+            f"log Ẑ = {self.log_ml:.4f}, ESS = {self.ess:.2f}"
+            f"<table><tr><th>weight</th><th style='text-align:left'>particle</th></tr>{rows}</table>"
+        )

@@ -1,0 +1,191 @@
+"""``LMContext``: a growing token context and the distributions it offers.
+
+``context.next_token()`` is the LM's (tempered) next-token distribution;
+sampling or observing it appends the token. ``context.mask_dist(mask)`` is the
+Bernoulli "the next token lies in ``mask``", with probability equal to the
+allowed mass; observing ``True`` also restricts the following ``next_token()``
+to ``mask`` (renormalised) — the token-masking proposal of the LLaMPPL paper
+(§2.2, hard constraints, formulation (b))::
+
+    ctx = LMContext(lm, "The Fed says")
+    await self.observe(ctx.mask_dist(allowed_ids), True)   # G' = allowed mass
+    token = await self.sample(ctx.next_token())             # M' = LM masked to allowed
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from .distributions import Distribution, _token_support
+from .lm.base import LanguageModel, validate_token_ids
+from .rng import current_rng
+from .token import Token, sample_index
+
+__all__ = ["LMContext", "LMNextToken", "LMTokenMask"]
+
+
+class LMContext:
+    """Prompt plus generated tokens for one particle.
+
+    Parameters
+    ----------
+    lm : LanguageModel
+    prompt : str | Sequence[int]
+        Text (encoded with ``lm.encode``) or token ids. ``lm.bos_token_id`` is
+        prepended when the LM has one. Must be non-empty when it has none.
+    temp : float
+        Temperature τ > 0: ``next_token()`` draws from ``softmax(log p / τ)`` and its
+        ``log_prob`` is that tempered probability.
+
+    Attributes
+    ----------
+    tokens : list[int]
+        All token ids, prompt first (LLaMPPL compatible).
+    prompt_length : int
+        Number of prompt tokens at the start of ``tokens``.
+    """
+
+    def __init__(self, lm: LanguageModel, prompt: str | Sequence[int], temp: float = 1.0) -> None:
+        if not isinstance(lm, LanguageModel):
+            raise TypeError(f"lm must be a LanguageModel, got {type(lm).__name__}")
+        if not (isinstance(temp, (int, float)) and math.isfinite(temp) and temp > 0):
+            raise ValueError(f"temp must be a positive finite number, got {temp!r}")
+        ids = list(lm.encode(prompt)) if isinstance(prompt, str) else list(validate_token_ids(prompt, lm.vocab_size, "prompt"))
+        bos = lm.bos_token_id
+        if bos is not None and (not ids or ids[0] != bos):
+            ids.insert(0, bos)
+        if not ids:
+            raise ValueError("prompt must be non-empty: this language model has no BOS token to start from")
+        self.lm = lm
+        self.tokens: list[int] = ids
+        self.prompt_length = len(ids)
+        self.temp = float(temp)
+        self._mask: torch.Tensor | None = None  # (V,) bool, set by an observed mask_dist
+
+    # ------------------------------------------------------------------ distributions
+    def next_token(self) -> LMNextToken:
+        """Distribution over the next token; sampling or observing it extends the context."""
+        return LMNextToken(self)
+
+    def mask_dist(self, mask: Iterable[int] | torch.Tensor) -> LMTokenMask:
+        """Bernoulli distribution of "the next token is in ``mask``" (ids or a ``(V,)`` bool tensor)."""
+        return LMTokenMask(self, self._as_mask(mask))
+
+    # ------------------------------------------------------------------ state
+    @property
+    def generated(self) -> list[int]:
+        """Token ids generated after the prompt."""
+        return self.tokens[self.prompt_length :]
+
+    @property
+    def prompt(self) -> str:
+        return self.lm.decode(self.tokens[: self.prompt_length])
+
+    @property
+    def finished(self) -> bool:
+        """Whether the last token is EOS."""
+        return len(self.tokens) > self.prompt_length and self.tokens[-1] == self.lm.eos_token_id
+
+    def extend(self, token_id: int) -> None:
+        """Append a token (clears any pending mask)."""
+        self.tokens.append(int(token_id))
+        self._mask = None
+
+    async def next_token_logprobs(self) -> torch.Tensor:
+        """Tempered next-token log-probs ``(V,)``, ignoring any pending mask."""
+        lp = await self.lm.next_token_logprobs(self.tokens)
+        return lp if self.temp == 1.0 else torch.log_softmax(lp / self.temp, dim=-1)
+
+    def __str__(self) -> str:
+        return self.lm.decode(self.generated)
+
+    def __repr__(self) -> str:
+        return f"LMContext({self.prompt!r} + {str(self)!r})"
+
+    def state_key(self) -> tuple:
+        mask = None if self._mask is None else tuple(torch.nonzero(self._mask).flatten().tolist())
+        return (tuple(self.tokens), self.temp, mask)
+
+    def __deepcopy__(self, memo) -> LMContext:
+        new = object.__new__(LMContext)
+        new.__dict__.update(self.__dict__)
+        new.tokens = list(self.tokens)  # the LM and its trie nodes are shared, not copied
+        return new
+
+    def _as_mask(self, mask: Iterable[int] | torch.Tensor) -> torch.Tensor:
+        V, device = self.lm.vocab_size, self.lm.device
+        if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
+            if mask.shape != (V,):
+                raise ValueError(f"mask must be a ({V},) bool tensor, got shape {tuple(mask.shape)}")
+            return mask.to(device)
+        ids = validate_token_ids(list(mask), V, "mask")
+        out = torch.zeros(V, dtype=torch.bool, device=device)
+        out[list(ids)] = True
+        return out
+
+
+class LMNextToken(Distribution):
+    """Next-token distribution of an ``LMContext`` (masked and renormalised if a mask is pending)."""
+
+    def __init__(self, context: LMContext) -> None:
+        self.context = context
+
+    async def log_probs(self) -> torch.Tensor:
+        lp = await self.context.next_token_logprobs()
+        mask = self.context._mask
+        if mask is not None:
+            lp = torch.log_softmax(lp.masked_fill(~mask, -math.inf), dim=-1)
+        return lp
+
+    async def sample(self, rng=None):
+        lp = await self.log_probs()
+        i = sample_index(lp, rng or current_rng())
+        self.context.extend(i)
+        return Token(self.context.lm, i), float(lp[i])
+
+    async def log_prob(self, value):
+        lp = await self.log_probs()
+        i = int(value)
+        self.context.extend(i)
+        return float(lp[i])
+
+    async def support(self):
+        return _token_support(self.context.lm, await self.log_probs())
+
+
+class LMTokenMask(Distribution):
+    """``True`` iff the next token lies in ``mask``; P(True) = allowed probability mass.
+
+    Sampling or observing the value sets the context's pending mask (``mask``
+    for True, its complement for False) for the next ``next_token()``.
+    """
+
+    def __init__(self, context: LMContext, mask: torch.Tensor) -> None:
+        self.context = context
+        self.mask = mask
+
+    async def _log_masses(self) -> tuple[float, float]:
+        lp = await self.context.next_token_logprobs()
+        inside = torch.logsumexp(lp.masked_fill(~self.mask, -math.inf), dim=-1)
+        outside = torch.logsumexp(lp.masked_fill(self.mask, -math.inf), dim=-1)
+        return float(inside), float(outside)
+
+    async def sample(self, rng=None):
+        inside, outside = await self._log_masses()
+        value = bool((rng or current_rng()).random() < math.exp(inside))
+        return value, await self._set(value, inside, outside)
+
+    async def log_prob(self, value):
+        inside, outside = await self._log_masses()
+        return await self._set(bool(value), inside, outside)
+
+    async def _set(self, value: bool, inside: float, outside: float) -> float:
+        self.context._mask = self.mask if value else ~self.mask
+        return inside if value else outside
+
+    async def support(self):
+        inside, outside = await self._log_masses()
+        return [(v, lp) for v, lp in ((True, inside), (False, outside)) if lp > -math.inf]

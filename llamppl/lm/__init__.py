@@ -1,0 +1,8 @@
+"""Language models: the :class:`LanguageModel` interface, the exact :class:`FunctionLM`,
+and the Hugging Face backed :class:`CachedCausalLM` with its token-trie KV cache."""
+
+from .base import LanguageModel, validate_token_ids
+from .cached_causal_lm import CachedCausalLM
+from .function_lm import FunctionLM
+
+__all__ = ["LanguageModel", "FunctionLM", "CachedCausalLM", "validate_token_ids"]

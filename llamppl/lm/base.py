@@ -1,0 +1,157 @@
+"""The language-model interface every LM backend implements, with request coalescing.
+
+``LanguageModel`` is the one thing the modeling layer talks to. Subclasses
+implement :meth:`LanguageModel._next_token_logprobs_batch`, which receives every
+context that was awaited concurrently and returns their normalised next-token
+log-probabilities. The base class turns many concurrent awaits of
+:meth:`LanguageModel.next_token_logprobs` (one per particle) into one such call::
+
+    lm = FunctionLM(["a", "b", "<eos>"], eos_token_id=2, logits_fn=lambda ctx: [0.0, 0.0, 0.0])
+    logps = await asyncio.gather(*(lm.next_token_logprobs([0] * i) for i in range(16)))
+    assert lm.batch_calls == 1          # 16 awaits, one batched call
+
+Coalescing works per event loop: the first request schedules a flush task,
+which yields to the loop until no new request arrives, then serves all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import numbers
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["LanguageModel", "validate_token_ids"]
+
+
+def validate_token_ids(token_ids: object, vocab_size: int, name: str = "token_ids") -> tuple[int, ...]:
+    """Return ``token_ids`` as a tuple of Python ints, or raise a clear error.
+
+    Raises ``TypeError`` if ``token_ids`` is not a sequence of integers and
+    ``ValueError`` if an id lies outside ``[0, vocab_size)``.
+    """
+    if isinstance(token_ids, torch.Tensor):
+        token_ids = token_ids.tolist()
+    if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
+        raise TypeError(f"{name} must be a sequence of integer token ids, got {type(token_ids).__name__}")
+    out = []
+    for i, t in enumerate(token_ids):
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            raise TypeError(f"{name}[{i}] must be an integer token id, got {t!r} ({type(t).__name__})")
+        t = int(t)
+        if not 0 <= t < vocab_size:
+            raise ValueError(f"{name}[{i}] = {t} is out of range: token ids must lie in [0, {vocab_size})")
+        out.append(t)
+    return tuple(out)
+
+
+class LanguageModel:
+    """Abstract next-token model over a fixed vocabulary.
+
+    Attributes
+    ----------
+    vocab : list[str]
+        Decoded text of each token id (``vocab[i]`` for id ``i``).
+    eos_token_id : int
+        Id of the end-of-sequence token.
+    bos_token_id : int | None
+        Id prepended to every context by :class:`~llamppl.LMContext`, or None.
+    batch_calls : int
+        How many batched calls the coalescer has made (one per flush).
+    """
+
+    vocab: list[str]
+    eos_token_id: int
+    bos_token_id: int | None = None
+
+    def __init__(self) -> None:
+        self.batch_calls = 0
+        self._pending: list[tuple[tuple[int, ...], asyncio.Future]] = []
+        self._flush_task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ interface
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids, ``len(vocab)``."""
+        return len(self.vocab)
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the returned log-probability tensors."""
+        return torch.device("cpu")
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no BOS added)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement encode(text)")
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement decode(token_ids)")
+
+    def _next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        """Normalised next-token log-probs, one ``[vocab_size]`` tensor per context.
+
+        Subclasses implement this; ``contexts`` are validated and distinct.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement _next_token_logprobs_batch")
+
+    def __deepcopy__(self, memo) -> LanguageModel:
+        return self  # particles share their LM (and its cache); cloning never copies it
+
+    # ------------------------------------------------------------------ public API
+    async def next_token_logprobs(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Log-probabilities ``[vocab_size]`` of the token after ``token_ids``.
+
+        Concurrent awaits (e.g. from all particles of an SMC step) are served by
+        one batched call to the backend.
+        """
+        ids = validate_token_ids(token_ids, self.vocab_size)
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop, self._pending, self._flush_task = loop, [], None
+        fut = loop.create_future()
+        self._pending.append((ids, fut))
+        if self._flush_task is None:
+            self._flush_task = loop.create_task(self._flush())
+        return await fut
+
+    def next_token_logprobs_sync(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Blocking single-context version of :meth:`next_token_logprobs`."""
+        ids = validate_token_ids(token_ids, self.vocab_size)
+        self.batch_calls += 1
+        return self._next_token_logprobs_batch([ids])[0]
+
+    def batch_next_token_logprobs(self, contexts: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Blocking batched version: one backend call for all ``contexts``."""
+        ids = [validate_token_ids(c, self.vocab_size, f"contexts[{i}]") for i, c in enumerate(contexts)]
+        return self._serve(ids)
+
+    # ------------------------------------------------------------------ internals
+    def _serve(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        unique = list(dict.fromkeys(contexts))
+        self.batch_calls += 1
+        results = dict(zip(unique, self._next_token_logprobs_batch(unique)))
+        return [results[c] for c in contexts]
+
+    async def _flush(self) -> None:
+        # Let every runnable coroutine submit its request before serving them.
+        seen = -1
+        while seen != len(self._pending):
+            seen = len(self._pending)
+            await asyncio.sleep(0)
+        pending, self._pending, self._flush_task = self._pending, [], None
+        live = [(c, f) for c, f in pending if not f.cancelled()]
+        if not live:
+            return
+        try:
+            results = self._serve([c for c, _ in live])
+        except BaseException as exc:  # surface backend errors at every awaiting call
+            for _, f in live:
+                if not f.done():
+                    f.set_exception(exc)
+            return
+        for (_, f), r in zip(live, results):
+            if not f.done():
+                f.set_result(r)

