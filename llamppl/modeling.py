@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .context import LMContext
 from .distributions import Distribution
 
 __all__ = ["Model", "ParticleDead", "state_key"]
@@ -85,8 +86,15 @@ class Model:
         raise NotImplementedError(f"{type(self).__name__} must implement step()")
 
     def string_for_serialization(self) -> str:
-        """Display and posterior key of the particle (default: its public state)."""
+        """Display and posterior key of the particle.
+
+        Default: the generated text if the model holds exactly one ``LMContext``,
+        otherwise its public attributes.
+        """
         state = {k: v for k, v in vars(self).items() if not k.startswith("_") and k not in ("weight", "finished")}
+        contexts = [v for v in state.values() if isinstance(v, LMContext)]
+        if len(contexts) == 1:
+            return str(contexts[0])
         if len(state) == 1:
             return str(next(iter(state.values())))
         return ", ".join(f"{k}={v}" for k, v in state.items())
