@@ -14,9 +14,9 @@ import argparse
 import re
 
 import torch
+from llamppl.inference import smc_steer
 
 from llamppl import CachedCausalLM, LMContext, Model, run
-from llamppl.inference import smc_steer
 
 
 class NoLongWords(Model):
@@ -41,7 +41,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=30)
     parser.add_argument("--max-letters", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core box)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core box)"
+    )
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
 
@@ -49,7 +51,13 @@ def main() -> None:
     lm = CachedCausalLM.default()
     model = NoLongWords(lm, args.prompt, args.max_letters, args.max_tokens)
     result = run(
-        smc_steer(model, args.particles, args.beam, seed=args.seed, progress=False if args.no_progress else None)
+        smc_steer(
+            model,
+            args.particles,
+            args.beam,
+            seed=args.seed,
+            progress=False if args.no_progress else None,
+        )
     )
 
     print(f"\nPrompt: {args.prompt!r}   (no word longer than {args.max_letters} letters)")
@@ -57,7 +65,9 @@ def main() -> None:
         print(f"  weight {weight:6.3f}  {args.prompt}{particle.context}")
     print(f"log Z estimate: {result.log_ml:.3f}")
     s = result.stats
-    print(f"{s['steps']} steps in {s['time_s']:.1f}s: {s['forward_calls']} forward calls, {s['tokens_run']} tokens run")
+    print(
+        f"{s['steps']} steps in {s['time_s']:.1f}s: {s['forward_calls']} forward calls, {s['tokens_run']} tokens run"
+    )
 
 
 if __name__ == "__main__":

@@ -104,7 +104,10 @@ async def enumerate_exact(model: Model, max_steps: int | None = None) -> SMCResu
             break
         if max_steps is not None and t >= max_steps:
             mass = math.exp(logsumexp(log_weights(frontier)))
-            warnings.warn(f"enumerate_exact stopped after max_steps={max_steps}; {len(frontier)} unfinished paths (mass {mass:.3g}) kept as final", stacklevel=2)
+            warnings.warn(
+                f"enumerate_exact stopped after max_steps={max_steps}; {len(frontier)} unfinished paths (mass {mass:.3g}) kept as final",
+                stacklevel=2,
+            )
             finals += frontier
             break
         new: list[Model] = []
@@ -115,4 +118,11 @@ async def enumerate_exact(model: Model, max_steps: int | None = None) -> SMCResu
         history.append(StepRecord(t, float("nan"), False, None, float("nan"), len(frontier)))
     finals = merge_duplicates(finals)
     w = log_weights(finals) if finals else np.zeros(0)
-    return SMCResult(finals, w, logsumexp(w), history, counters.finish(steps=t, paths=len(finals)), "enumerate_exact")
+    return SMCResult(
+        finals,
+        w,
+        logsumexp(w),
+        history,
+        counters.finish(steps=t, paths=len(finals)),
+        "enumerate_exact",
+    )

@@ -43,7 +43,9 @@ async def importance_sampling(
                 await step_all(particles)
                 w = log_weights(particles)
                 live = sum(not p.done_stepping() for p in particles)
-                history.append(StepRecord(len(history) + 1, ess(w), False, None, logmeanexp(w), live))
+                history.append(
+                    StepRecord(len(history) + 1, ess(w), False, None, logmeanexp(w), live)
+                )
                 bar.update(live=live)
     finally:
         bar.close()

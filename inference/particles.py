@@ -23,12 +23,20 @@ __all__ = ["check_model", "step_all", "begin_all", "log_weights", "Progress", "L
 def check_model(model: object) -> Model:
     """``model`` must be a ``Model`` instance whose class defines ``step`` (async or plain)."""
     if not isinstance(model, Model):
-        raise TypeError(f"model must be an instance of a llamppl.Model subclass, got {type(model).__name__}")
+        raise TypeError(
+            f"model must be an instance of a llamppl.Model subclass, got {type(model).__name__}"
+        )
     step = getattr(type(model), "step", None)
     if step is Model.step:
         raise TypeError(f"model: {type(model).__name__} must define a step() method")
-    if not inspect.isfunction(step) or inspect.isgeneratorfunction(step) or inspect.isasyncgenfunction(step):
-        raise TypeError(f"model: {type(model).__name__}.step must be an `async def` or plain `def` method")
+    if (
+        not inspect.isfunction(step)
+        or inspect.isgeneratorfunction(step)
+        or inspect.isasyncgenfunction(step)
+    ):
+        raise TypeError(
+            f"model: {type(model).__name__}.step must be an `async def` or plain `def` method"
+        )
     return model
 
 

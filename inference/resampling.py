@@ -39,21 +39,27 @@ def _inverse_cdf(w: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.searchsorted(cdf, u, side="right").astype(np.int64)
 
 
-def multinomial(log_weights: np.ndarray, rng: np.random.Generator, n: int | None = None) -> np.ndarray:
+def multinomial(
+    log_weights: np.ndarray, rng: np.random.Generator, n: int | None = None
+) -> np.ndarray:
     """``n`` i.i.d. draws from the normalised weights (sorted)."""
     w = _probabilities(log_weights)
     n = w.size if n is None else n
     return _inverse_cdf(w, np.sort(rng.random(n)))
 
 
-def stratified(log_weights: np.ndarray, rng: np.random.Generator, n: int | None = None) -> np.ndarray:
+def stratified(
+    log_weights: np.ndarray, rng: np.random.Generator, n: int | None = None
+) -> np.ndarray:
     """One uniform in each stratum ``[j/n, (j+1)/n)``."""
     w = _probabilities(log_weights)
     n = w.size if n is None else n
     return _inverse_cdf(w, (np.arange(n) + rng.random(n)) / n)
 
 
-def systematic(log_weights: np.ndarray, rng: np.random.Generator, n: int | None = None) -> np.ndarray:
+def systematic(
+    log_weights: np.ndarray, rng: np.random.Generator, n: int | None = None
+) -> np.ndarray:
     """One shared uniform offset: points ``(j + u)/n``."""
     w = _probabilities(log_weights)
     n = w.size if n is None else n

@@ -91,9 +91,13 @@ class SMCResult:
         return self.particles[i]
 
     def __repr__(self) -> str:
-        lines = [f"SMCResult({self.algorithm or 'inference'}: {len(self.particles)} particles, log_ml={self.log_ml:.4f})"]
+        lines = [
+            f"SMCResult({self.algorithm or 'inference'}: {len(self.particles)} particles, log_ml={self.log_ml:.4f})"
+        ]
         if self.log_ml == -math.inf:
-            lines.append("  every particle has weight zero: no path satisfied the model's constraints")
+            lines.append(
+                "  every particle has weight zero: no path satisfied the model's constraints"
+            )
         for text, w in list(self.posterior.items())[:10]:
             lines.append(f"  {w:8.4f}  {text!r}")
         return "\n".join(lines)

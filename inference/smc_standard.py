@@ -25,7 +25,9 @@ from .result import SMCResult, StepRecord
 __all__ = ["smc_standard", "resample_population"]
 
 
-def resample_population(particles: list[Model], ancestors: np.ndarray, log_weight: float) -> list[Model]:
+def resample_population(
+    particles: list[Model], ancestors: np.ndarray, log_weight: float
+) -> list[Model]:
     """New population ``particles[a]`` for each ancestor; repeats are clones. Every weight becomes ``log_weight``."""
     used: set[int] = set()
     out = []
@@ -88,11 +90,18 @@ async def smc_standard(
                     ancestors = resample(w, rng, n)
                     particles = resample_population(particles, ancestors, log_ml)
                     live = sum(not p.done_stepping() for p in particles)
-                history.append(StepRecord(t, step_ess, ancestors is not None, ancestors, log_ml, live))
+                history.append(
+                    StepRecord(t, step_ess, ancestors is not None, ancestors, log_ml, live)
+                )
                 bar.update(ess=f"{step_ess:.1f}", live=live)
     finally:
         bar.close()
     w = log_weights(particles)
     return SMCResult(
-        particles, w, logmeanexp(w), history, counters.finish(steps=len(history), n_particles=n), "smc_standard"
+        particles,
+        w,
+        logmeanexp(w),
+        history,
+        counters.finish(steps=len(history), n_particles=n),
+        "smc_standard",
     )

@@ -33,7 +33,9 @@ from .result import SMCResult, StepRecord
 __all__ = ["smc_steer", "steer_downsample", "merge_duplicates"]
 
 
-def steer_downsample(log_weights: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def steer_downsample(
+    log_weights: np.ndarray, n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Keep at most ``n`` distinct candidates with weights that are unbiased for each candidate's weight.
 
     Returns ``(indices, new_log_weights)``. Zero-weight candidates are dropped;
@@ -124,7 +126,9 @@ async def smc_steer(
                 resampled = len(candidates) > len(keep)
                 log_ml = logsumexp(w) - math.log(n)
                 live = sum(not p.done_stepping() for p in particles)
-                history.append(StepRecord(t, ess(w), resampled, keep if resampled else None, log_ml, live))
+                history.append(
+                    StepRecord(t, ess(w), resampled, keep if resampled else None, log_ml, live)
+                )
                 bar.update(candidates=len(candidates), live=live)
     finally:
         bar.close()

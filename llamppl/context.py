@@ -53,12 +53,18 @@ class LMContext:
             raise TypeError(f"lm must be a LanguageModel, got {type(lm).__name__}")
         if not (isinstance(temp, (int, float)) and math.isfinite(temp) and temp > 0):
             raise ValueError(f"temp must be a positive finite number, got {temp!r}")
-        ids = list(lm.encode(prompt)) if isinstance(prompt, str) else list(validate_token_ids(prompt, lm.vocab_size, "prompt"))
+        ids = (
+            list(lm.encode(prompt))
+            if isinstance(prompt, str)
+            else list(validate_token_ids(prompt, lm.vocab_size, "prompt"))
+        )
         bos = lm.bos_token_id
         if bos is not None and (not ids or ids[0] != bos):
             ids.insert(0, bos)
         if not ids:
-            raise ValueError("prompt must be non-empty: this language model has no BOS token to start from")
+            raise ValueError(
+                "prompt must be non-empty: this language model has no BOS token to start from"
+            )
         self.lm = lm
         self.tokens: list[int] = ids
         self.prompt_length = len(ids)
@@ -119,7 +125,9 @@ class LMContext:
         V, device = self.lm.vocab_size, self.lm.device
         if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
             if mask.shape != (V,):
-                raise ValueError(f"mask must be a ({V},) bool tensor, got shape {tuple(mask.shape)}")
+                raise ValueError(
+                    f"mask must be a ({V},) bool tensor, got shape {tuple(mask.shape)}"
+                )
             return mask.to(device)
         ids = validate_token_ids(list(mask), V, "mask")
         out = torch.zeros(V, dtype=torch.bool, device=device)

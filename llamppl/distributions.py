@@ -83,21 +83,31 @@ class Bernoulli(Distribution):
 class Categorical(Distribution):
     """Index ``i`` with probability ``probs[i]`` (normalised here); or give ``logits=``."""
 
-    def __init__(self, probs: Sequence[float] | None = None, *, logits: Sequence[float] | None = None) -> None:
+    def __init__(
+        self, probs: Sequence[float] | None = None, *, logits: Sequence[float] | None = None
+    ) -> None:
         if (probs is None) == (logits is None):
             raise ValueError("Categorical needs exactly one of probs or logits")
         if probs is not None:
-            p = np.asarray(torch.as_tensor(probs).tolist() if isinstance(probs, torch.Tensor) else probs, dtype=np.float64)
+            p = np.asarray(
+                torch.as_tensor(probs).tolist() if isinstance(probs, torch.Tensor) else probs,
+                dtype=np.float64,
+            )
             if p.ndim != 1 or p.size == 0:
                 raise ValueError(f"probs must be a non-empty 1-D sequence, got shape {p.shape}")
             if np.isnan(p).any() or (p < 0).any() or np.isinf(p).any():
                 raise ValueError(f"probs must be finite and non-negative, got {p.tolist()}")
             if p.sum() <= 0:
-                raise ValueError("probs must not be all zero (the distribution would have no support)")
+                raise ValueError(
+                    "probs must not be all zero (the distribution would have no support)"
+                )
             with np.errstate(divide="ignore"):
                 self.log_probs = np.log(p / p.sum())
         else:
-            lg = np.asarray(torch.as_tensor(logits).tolist() if isinstance(logits, torch.Tensor) else logits, dtype=np.float64)
+            lg = np.asarray(
+                torch.as_tensor(logits).tolist() if isinstance(logits, torch.Tensor) else logits,
+                dtype=np.float64,
+            )
             if lg.ndim != 1 or lg.size == 0:
                 raise ValueError(f"logits must be a non-empty 1-D sequence, got shape {lg.shape}")
             if np.isnan(lg).any() or np.isposinf(lg).any() or np.isneginf(lg).all():
@@ -192,7 +202,9 @@ class TokenCategorical(Distribution):
     def __init__(self, lm, logits: torch.Tensor) -> None:
         logits = torch.as_tensor(logits)
         if logits.shape != (lm.vocab_size,):
-            raise ValueError(f"logits must have shape ({lm.vocab_size},), got {tuple(logits.shape)}")
+            raise ValueError(
+                f"logits must have shape ({lm.vocab_size},), got {tuple(logits.shape)}"
+            )
         if torch.isnan(logits).any() or not torch.isfinite(logits).any():
             raise ValueError("logits must contain no NaN and at least one finite entry")
         self.lm = lm

@@ -50,7 +50,9 @@ def _await_from_greenlet(awaitable: Awaitable) -> Any:
 
     parent = greenlet.getcurrent().parent
     if parent is None:
-        raise RuntimeError("a plain `def step` must be run by an inference algorithm (or `await model.advance()`)")
+        raise RuntimeError(
+            "a plain `def step` must be run by an inference algorithm (or `await model.advance()`)"
+        )
     return parent.switch(awaitable)
 
 
@@ -91,7 +93,11 @@ class Model:
         Default: the generated text if the model holds exactly one ``LMContext``,
         otherwise its public attributes.
         """
-        state = {k: v for k, v in vars(self).items() if not k.startswith("_") and k not in ("weight", "finished")}
+        state = {
+            k: v
+            for k, v in vars(self).items()
+            if not k.startswith("_") and k not in ("weight", "finished")
+        }
         contexts = [v for v in state.values() if isinstance(v, LMContext)]
         if len(contexts) == 1:
             return str(contexts[0])
@@ -168,7 +174,10 @@ class Model:
     def state_key(self) -> Any:
         """Hashable summary of the full state (not the weight): equal keys mean interchangeable particles."""
         skip = ("weight", "_sync", "_replay")
-        return (type(self).__name__, state_key({k: v for k, v in vars(self).items() if k not in skip}))
+        return (
+            type(self).__name__,
+            state_key({k: v for k, v in vars(self).items() if k not in skip}),
+        )
 
     def __str__(self) -> str:
         return self.string_for_serialization()
@@ -185,7 +194,9 @@ class Model:
         if not isinstance(dist, Distribution):
             raise TypeError(f"sample(dist) needs a Distribution, got {type(dist).__name__}")
         if proposal is not None and not isinstance(proposal, Distribution):
-            raise TypeError(f"sample(proposal=...) needs a Distribution, got {type(proposal).__name__}")
+            raise TypeError(
+                f"sample(proposal=...) needs a Distribution, got {type(proposal).__name__}"
+            )
         self._check_alive()
         if self._replay is not None:
             return await self._replay.choose(self, dist, proposal)

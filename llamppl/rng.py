@@ -20,7 +20,9 @@ import numpy as np
 
 __all__ = ["current_rng", "using_rng", "make_rng"]
 
-_RNG: contextvars.ContextVar[np.random.Generator | None] = contextvars.ContextVar("llamppl_rng", default=None)
+_RNG: contextvars.ContextVar[np.random.Generator | None] = contextvars.ContextVar(
+    "llamppl_rng", default=None
+)
 _FALLBACK = np.random.default_rng()
 
 

@@ -31,5 +31,7 @@ def run(awaitable: Awaitable[T]) -> T:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(main())
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="llamppl-run") as pool:
+    with concurrent.futures.ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="llamppl-run"
+    ) as pool:
         return pool.submit(asyncio.run, main()).result()

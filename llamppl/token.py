@@ -62,8 +62,12 @@ def sample_index(log_probs: torch.Tensor, rng: np.random.Generator) -> int:
     probs = torch.exp(log_probs - log_probs.max())  # (V,)
     cdf = torch.cumsum(probs, dim=0)
     u = float(rng.random()) * float(cdf[-1])
-    idx = int(torch.searchsorted(cdf, torch.tensor([u], dtype=cdf.dtype, device=cdf.device), right=True))
+    idx = int(
+        torch.searchsorted(cdf, torch.tensor([u], dtype=cdf.dtype, device=cdf.device), right=True)
+    )
     idx = min(idx, probs.numel() - 1)
-    if probs[idx] <= 0:  # u landed on the float boundary at the very top: take the last possible entry
+    if (
+        probs[idx] <= 0
+    ):  # u landed on the float boundary at the very top: take the last possible entry
         idx = int(torch.nonzero(probs > 0)[-1])
     return idx

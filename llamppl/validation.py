@@ -35,7 +35,9 @@ def check_finite(name: str, value: object) -> float:
     return float(value)
 
 
-def check_unit_interval(name: str, value: object, *, open_left: bool = True, open_right: bool = False) -> float:
+def check_unit_interval(
+    name: str, value: object, *, open_left: bool = True, open_right: bool = False
+) -> float:
     """Return ``value`` as a float in (0, 1] (bounds configurable), else raise naming ``name``."""
     v = check_finite(name, value)
     lo_ok = v > 0 if open_left else v >= 0

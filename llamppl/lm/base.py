@@ -25,7 +25,9 @@ import torch
 __all__ = ["LanguageModel", "validate_token_ids"]
 
 
-def validate_token_ids(token_ids: object, vocab_size: int, name: str = "token_ids") -> tuple[int, ...]:
+def validate_token_ids(
+    token_ids: object, vocab_size: int, name: str = "token_ids"
+) -> tuple[int, ...]:
     """Return ``token_ids`` as a tuple of Python ints, or raise a clear error.
 
     Raises ``TypeError`` if ``token_ids`` is not a sequence of integers and
@@ -34,14 +36,20 @@ def validate_token_ids(token_ids: object, vocab_size: int, name: str = "token_id
     if isinstance(token_ids, torch.Tensor):
         token_ids = token_ids.tolist()
     if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
-        raise TypeError(f"{name} must be a sequence of integer token ids, got {type(token_ids).__name__}")
+        raise TypeError(
+            f"{name} must be a sequence of integer token ids, got {type(token_ids).__name__}"
+        )
     out = []
     for i, t in enumerate(token_ids):
         if isinstance(t, bool) or not isinstance(t, numbers.Integral):
-            raise TypeError(f"{name}[{i}] must be an integer token id, got {t!r} ({type(t).__name__})")
+            raise TypeError(
+                f"{name}[{i}] must be an integer token id, got {t!r} ({type(t).__name__})"
+            )
         t = int(t)
         if not 0 <= t < vocab_size:
-            raise ValueError(f"{name}[{i}] = {t} is out of range: token ids must lie in [0, {vocab_size})")
+            raise ValueError(
+                f"{name}[{i}] = {t} is out of range: token ids must lie in [0, {vocab_size})"
+            )
         out.append(t)
     return tuple(out)
 
@@ -95,7 +103,9 @@ class LanguageModel:
 
         Subclasses implement this; ``contexts`` are validated and distinct.
         """
-        raise NotImplementedError(f"{type(self).__name__} must implement _next_token_logprobs_batch")
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement _next_token_logprobs_batch"
+        )
 
     def __deepcopy__(self, memo) -> LanguageModel:
         return self  # particles share their LM (and its cache); cloning never copies it
@@ -125,7 +135,9 @@ class LanguageModel:
 
     def batch_next_token_logprobs(self, contexts: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Blocking batched version: one backend call for all ``contexts``."""
-        ids = [validate_token_ids(c, self.vocab_size, f"contexts[{i}]") for i, c in enumerate(contexts)]
+        ids = [
+            validate_token_ids(c, self.vocab_size, f"contexts[{i}]") for i, c in enumerate(contexts)
+        ]
         return self._serve(ids)
 
     # ------------------------------------------------------------------ internals

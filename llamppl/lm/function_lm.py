@@ -77,7 +77,9 @@ class FunctionLM(LanguageModel):
                     pos += len(self.vocab[i])
                     break
             else:
-                raise ValueError(f"text cannot be tokenised: no vocab entry matches at {text[pos:]!r}")
+                raise ValueError(
+                    f"text cannot be tokenised: no vocab entry matches at {text[pos:]!r}"
+                )
         return ids
 
     def decode(self, token_ids: Sequence[int]) -> str:
@@ -91,11 +93,15 @@ class FunctionLM(LanguageModel):
         if out is None:
             logits = torch.as_tensor(self.logits_fn(ctx), dtype=torch.float64).flatten()
             if logits.numel() != self.vocab_size:
-                raise ValueError(f"logits_fn returned {logits.numel()} logits for a vocab of {self.vocab_size}")
+                raise ValueError(
+                    f"logits_fn returned {logits.numel()} logits for a vocab of {self.vocab_size}"
+                )
             if torch.isnan(logits).any():
                 raise ValueError(f"logits_fn returned NaN for context {ctx}")
             if torch.isposinf(logits).any() or not torch.isfinite(logits).any():
-                raise ValueError(f"logits_fn must give finite logits or -inf, with at least one finite, for context {ctx}")
+                raise ValueError(
+                    f"logits_fn must give finite logits or -inf, with at least one finite, for context {ctx}"
+                )
             out = torch.log_softmax(logits, dim=0)
             self._cache[ctx] = out
         return out

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from llamppl.inference import enumerate_exact, importance_sampling, smc_standard, smc_steer
 
 from llamppl import (
     Bernoulli,
@@ -18,7 +19,6 @@ from llamppl import (
     Uniform,
     run,
 )
-from llamppl.inference import enumerate_exact, importance_sampling, smc_standard, smc_steer
 
 
 def lm3():
@@ -114,7 +114,10 @@ def test_clone_copies_state_and_shares_the_lm():
 
 def test_runs_are_reproducible_with_a_seed():
     lm = lm3()
-    for alg in (lambda s: smc_standard(AsyncProgram(lm), 8, seed=s), lambda s: smc_steer(AsyncProgram(lm), 4, 2, seed=s)):
+    for alg in (
+        lambda s: smc_standard(AsyncProgram(lm), 8, seed=s),
+        lambda s: smc_steer(AsyncProgram(lm), 4, 2, seed=s),
+    ):
         a, b = run(alg(7)), run(alg(7))
         assert a.log_ml == b.log_ml and [str(p) for p in a] == [str(p) for p in b]
 
@@ -246,7 +249,9 @@ def test_model_without_step():
         run(smc_standard(object(), 4))
 
 
-@pytest.mark.parametrize("probs,match", [([0.5, -0.1], "non-negative"), ([0.0, 0.0], "all zero"), ([], "non-empty")])
+@pytest.mark.parametrize(
+    "probs,match", [([0.5, -0.1], "non-negative"), ([0.0, 0.0], "all zero"), ([], "non-empty")]
+)
 def test_categorical_bad_probs(probs, match):
     with pytest.raises(ValueError, match=match):
         Categorical(probs)

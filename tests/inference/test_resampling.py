@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-
 from llamppl.inference.resampling import RESAMPLERS, get_resampler
 
 with np.errstate(divide="ignore"):
@@ -14,7 +13,9 @@ N, REPS = 6, 4000
 
 def offspring_counts(scheme, seed=0):
     rng = np.random.default_rng(seed)
-    return np.stack([np.bincount(RESAMPLERS[scheme](LOG_W, rng, N), minlength=LOG_W.size) for _ in range(REPS)])
+    return np.stack(
+        [np.bincount(RESAMPLERS[scheme](LOG_W, rng, N), minlength=LOG_W.size) for _ in range(REPS)]
+    )
 
 
 @pytest.mark.parametrize("scheme", list(RESAMPLERS))
@@ -22,13 +23,19 @@ def test_expected_counts_equal_n_times_weight(scheme):
     counts = offspring_counts(scheme)
     expected = N * np.exp(LOG_W)
     se = counts.std(axis=0, ddof=1) / math.sqrt(REPS)
-    assert np.all(np.abs(counts.mean(axis=0) - expected) <= 4 * se + 1e-12), (counts.mean(axis=0), expected)
+    assert np.all(np.abs(counts.mean(axis=0) - expected) <= 4 * se + 1e-12), (
+        counts.mean(axis=0),
+        expected,
+    )
     assert counts.sum(axis=1).tolist() == [N] * REPS
 
 
 @pytest.mark.parametrize("scheme", ["systematic", "stratified", "residual"])
 def test_variance_no_larger_than_multinomial(scheme):
-    assert offspring_counts(scheme).var(axis=0).sum() <= offspring_counts("multinomial", 1).var(axis=0).sum()
+    assert (
+        offspring_counts(scheme).var(axis=0).sum()
+        <= offspring_counts("multinomial", 1).var(axis=0).sum()
+    )
 
 
 @pytest.mark.parametrize("scheme", list(RESAMPLERS))

@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 import pytest
+from llamppl.inference import smc_steer, steer_downsample
 
 from llamppl import FunctionLM, LMContext, Model, run
-from llamppl.inference import smc_steer, steer_downsample
 
 
 def test_downsample_is_unbiased_per_candidate():
@@ -47,4 +47,6 @@ def test_returns_n_distinct_particles():
         result = run(smc_steer(Wide(lm), 8, 3, seed=seed))
         texts = [str(p.context) for p in result.particles]
         assert len(texts) == 8 and len(set(texts)) == 8
-        assert math.exp(result.log_ml) == pytest.approx(1.0)  # uniform LM, no constraint: Z = 1 exactly
+        assert math.exp(result.log_ml) == pytest.approx(
+            1.0
+        )  # uniform LM, no constraint: Z = 1 exactly
