@@ -62,7 +62,7 @@ def main() -> None:
 
     print(f"\nPrompt: {args.prompt!r}   (no word longer than {args.max_letters} letters)")
     for particle, weight in sorted(zip(result.particles, result.weights), key=lambda pw: -pw[1]):
-        print(f"  weight {weight:6.3f}  {args.prompt}{particle.context}")
+        print(f"  weight {weight:6.3f}  {args.prompt + str(particle.context)!r}")
     print(f"log Z estimate: {result.log_ml:.3f}")
     s = result.stats
     print(

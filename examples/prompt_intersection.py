@@ -1,0 +1,62 @@
+"""Prompt intersection: one continuation that is likely after two different prompts.
+
+The LLaMPPL paper's prompt-intersection example (§2.2, Figures 1, 2 and 4): the
+target is the product of experts P(s) ∝ P(s | prompt 1) P(s | prompt 2). With
+"My favorite writer is probably" and "My favorite physicist is probably", good
+answers name someone who is both (a physicist who wrote books). Runs both
+Feynman–Kac models — proposing from the first prompt and observing the second
+(`first`), and the locally optimal product proposal with its normaliser as
+potential (`product`) — and prints samples, weights and log Ẑ; the product
+proposal usually reaches a higher log Ẑ. Strings end after one sentence.
+
+    python examples/prompt_intersection.py --particles 8 --beam 3 --max-tokens 16
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from llamppl.inference import smc_steer
+from llamppl.models import PromptIntersection
+
+from llamppl import CachedCausalLM, run
+
+PROMPTS = ["My favorite writer is probably", "My favorite physicist is probably"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", nargs="+", default=PROMPTS, help="two or more prompts")
+    parser.add_argument("--particles", type=int, default=8, help="N, particles kept per step")
+    parser.add_argument("--beam", type=int, default=3, help="K, extensions per particle")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--proposal", choices=["both", "first", "product"], default="both")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    lm = CachedCausalLM.default()
+    print("Prompts: " + " | ".join(repr(p) for p in args.prompts))
+    proposals = ["first", "product"] if args.proposal == "both" else [args.proposal]
+    for proposal in proposals:
+        model = PromptIntersection(
+            lm,
+            args.prompts,
+            proposal=proposal,
+            max_tokens=args.max_tokens,
+            stop_strings=(".", "!", "?", "\n"),
+        )
+        result = run(smc_steer(model, args.particles, args.beam, seed=args.seed, progress=False))
+        print(f"\nproposal={proposal!r}, N={args.particles}, K={args.beam}:")
+        for particle, weight in sorted(
+            zip(result.particles, result.weights), key=lambda pw: -pw[1]
+        ):
+            if weight > 0:
+                print(f"  weight {weight:6.3f}  {str(particle)!r}")
+        print(f"  log Z estimate: {result.log_ml:.3f}   ({result.stats['time_s']:.1f}s)")
+
+
+if __name__ == "__main__":
+    main()

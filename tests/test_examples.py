@@ -1,0 +1,84 @@
+"""Smoke-run every script in ``examples/`` as a subprocess: ``--help``, then a fast run.
+
+Fast arguments come from ``FAST_ARGS`` (keyed by file name). A script not listed
+there gets ``--fast`` if its ``--help`` offers it, else the small values of
+``FAST_FLAG_DEFAULTS`` for every flag its ``--help`` mentions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+FAST_ARGS: dict[str, list[str]] = {
+    "quickstart.py": ["--particles", "2", "--beam", "2", "--max-tokens", "4"],
+    "hard_constraints.py": [
+        "--particles",
+        "2",
+        "--beam",
+        "2",
+        "--max-tokens",
+        "4",
+        "--baseline-samples",
+        "1",
+    ],
+    "infilling.py": ["--particles", "2", "--beam", "2", "--max-hole-tokens", "1"],
+    "prompt_intersection.py": ["--particles", "2", "--beam", "2", "--max-tokens", "3"],
+}
+
+FAST_FLAG_DEFAULTS: list[tuple[str, str]] = [
+    ("--particles", "2"),
+    ("--n-particles", "2"),
+    ("--beam", "2"),
+    ("--max-tokens", "4"),
+    ("--max-new-tokens", "4"),
+    ("--runs", "1"),
+    ("--steps", "2"),
+]
+
+ENV = {
+    **os.environ,
+    "LLAMPPL_PROGRESS": "0",
+    "PYTHONUNBUFFERED": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def _run(script: Path, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=ENV,
+        cwd=script.parent.parent,
+    )
+
+
+def fast_args(name: str, help_text: str) -> list[str]:
+    if name in FAST_ARGS:
+        return FAST_ARGS[name]
+    flags = set(re.findall(r"--[a-z][a-z0-9-]*", help_text))
+    if "--fast" in flags:
+        return ["--fast"]
+    return [x for flag, value in FAST_FLAG_DEFAULTS if flag in flags for x in (flag, value)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.name)
+def test_example_runs(script: Path):
+    shown = _run(script, ["--help"], timeout=120)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "usage" in shown.stdout.lower()
+    done = _run(script, fast_args(script.name, shown.stdout), timeout=300)
+    assert done.returncode == 0, (
+        f"{script.name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    )
+    assert done.stdout.strip(), f"{script.name} printed nothing"
