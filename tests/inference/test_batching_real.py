@@ -30,7 +30,9 @@ class ContinuePlain(Continue):
 def test_smc_standard_step_is_one_forward(smollm, cls):
     smollm.clear_cache()  # the fixture is shared: start from an empty trie
     before = smollm.stats.forward_calls
-    result = run(smc_standard(cls(smollm, "The capital of France is", 3), 16, ess_threshold=1.0, seed=0))
+    result = run(
+        smc_standard(cls(smollm, "The capital of France is", 3), 16, ess_threshold=1.0, seed=0)
+    )
     assert result.stats["steps"] == 3
     # step 1 runs the shared prompt once; steps 2 and 3 run one new token per particle: one forward each
     assert smollm.stats.forward_calls - before == 3
