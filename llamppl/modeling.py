@@ -149,23 +149,11 @@ class Model:
     # ------------------------------------------------------------------ engine interface
     async def advance(self) -> None:
         """Run one call of ``step`` (plain or async); a dead particle's step ends early."""
-        try:
-            if inspect.iscoroutinefunction(self.step):
-                await self.step()
-            else:
-                await self._run_plain(self.step)
-        except ParticleDead:
-            pass
+        await self._call_hook(self.step)
 
     async def begin(self) -> None:
         """Run the optional ``start`` hook (plain or async)."""
-        try:
-            if inspect.iscoroutinefunction(self.start):
-                await self.start()
-            else:
-                await self._run_plain(self.start)
-        except ParticleDead:
-            pass
+        await self._call_hook(self.start)
 
     def clone(self) -> Model:
         """Deep copy of the particle's state; LMs (and their caches) are shared, not copied."""
@@ -214,6 +202,15 @@ class Model:
         self._check_alive()
         self.score(await dist.log_prob(value))
         return value
+
+    async def _call_hook(self, fn) -> None:
+        try:
+            if inspect.iscoroutinefunction(fn):
+                await fn()
+            else:
+                await self._run_plain(fn)
+        except ParticleDead:
+            pass
 
     async def _run_plain(self, fn) -> None:
         """Drive a plain function in a greenlet, awaiting what its primitives hand back."""

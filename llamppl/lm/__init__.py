@@ -2,7 +2,7 @@
 and the Hugging Face backed :class:`CachedCausalLM` with its token-trie KV cache."""
 
 from .base import LanguageModel, validate_token_ids
-from .cached_causal_lm import CachedCausalLM
+from .cached_causal_lm import CachedCausalLM, CacheStats
 from .function_lm import FunctionLM
 
-__all__ = ["LanguageModel", "FunctionLM", "CachedCausalLM", "validate_token_ids"]
+__all__ = ["LanguageModel", "FunctionLM", "CachedCausalLM", "CacheStats", "validate_token_ids"]

@@ -35,6 +35,10 @@ def validate_token_ids(
     """
     if isinstance(token_ids, torch.Tensor):
         token_ids = token_ids.tolist()
+    if type(token_ids) in (list, tuple) and all(type(t) is int for t in token_ids):
+        # fast path (every particle, every step): plain ints need only a range check
+        if not token_ids or (min(token_ids) >= 0 and max(token_ids) < vocab_size):
+            return tuple(token_ids)
     if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
         raise TypeError(
             f"{name} must be a sequence of integer token ids, got {type(token_ids).__name__}"
