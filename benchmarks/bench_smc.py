@@ -35,22 +35,28 @@ class CountingModel(NoLongWords):
 
 
 class ForwardTimer:
-    """Wraps the HF model's forward to accumulate time spent inside the transformer."""
+    """Accumulates time spent inside the transformer (decoder stack and LM head) of an HF model."""
 
     def __init__(self, model: torch.nn.Module) -> None:
-        self.model, self.seconds, self.original = model, 0.0, model.forward
+        self.seconds = 0.0
+        self.modules = [model.get_decoder(), model.get_output_embeddings()]
+        self.originals = [m.forward for m in self.modules]
+        for module, original in zip(self.modules, self.originals):
+            module.forward = self._timed(original)
 
+    def _timed(self, original):
         def timed(*args, **kwargs):
             t0 = time.perf_counter()
             try:
-                return self.original(*args, **kwargs)
+                return original(*args, **kwargs)
             finally:
                 self.seconds += time.perf_counter() - t0
 
-        model.forward = timed
+        return timed
 
     def restore(self) -> None:
-        self.model.forward = self.original
+        for module, original in zip(self.modules, self.originals):
+            module.forward = original
 
 
 def time_generate(lm: CachedCausalLM, prompt_ids: list[int], batch: int, n_tokens: int) -> float:
