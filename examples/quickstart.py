@@ -5,7 +5,7 @@ SMC steering (`smc_steer`, Algorithm 1). Each `step` samples one token from the
 LM and conditions on the constraint; SMC keeps the particles that can still
 satisfy it. Prints every particle with its normalised weight and log Z.
 
-    python examples/quickstart.py --particles 8 --beam 3 --max-tokens 30
+    python examples/quickstart.py --particles 16 --beam 3 --max-tokens 30
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class NoLongWords(Model):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompt", default="The Fed says")
-    parser.add_argument("--particles", type=int, default=8, help="N, particles kept per step")
+    parser.add_argument("--particles", type=int, default=16, help="N, particles kept per step")
     parser.add_argument("--beam", type=int, default=3, help="K, extensions per particle")
     parser.add_argument("--max-tokens", type=int, default=30)
     parser.add_argument("--max-letters", type=int, default=5)

@@ -17,11 +17,13 @@ several ``CachedCausalLM.default()`` instances does not reload from disk.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -121,10 +123,25 @@ def load_embedded(
             if target.exists():  # a stale, half-written copy from an older layout
                 shutil.rmtree(target, ignore_errors=True)
             _convert(gguf_path(), target)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(target), local_files_only=True, dtype=dtype
-        )
+        with _quiet_transformers():
+            model = AutoModelForCausalLM.from_pretrained(
+                str(target), local_files_only=True, dtype=dtype
+            )
         model.to(dev).eval()
         tokenizer = AutoTokenizer.from_pretrained(str(target), local_files_only=True)
         _MEMO[key] = (model, tokenizer)
         return model, tokenizer
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Hide transformers' per-load "Loading weights" progress bar (our own bars stay)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
