@@ -50,10 +50,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from .base import LanguageModel
-from .kv_pool import KVPool
+from .hf_vocab import bos_id, build_vocab, eos_id
+from .kv_pool import KVPool, PoolCache, PoolLayer
 from .trie import TokenTrie, TrieNode
 
 __all__ = ["CacheStats", "CachedCausalLM"]
@@ -112,49 +112,6 @@ class CacheStats:
             f"cached_tokens={self.cached_tokens}, peak_cached_tokens={self.peak_cached_tokens}, "
             f"peak_cache_bytes={self.peak_cache_bytes / 2**20:.1f} MiB, evictions={self.evictions})"
         )
-
-
-class _PoolLayer(DynamicLayer):
-    """One attention layer's view of the :class:`KVPool` during a forward.
-
-    ``update`` receives the new tokens' K/V ``(B, H_kv, T, D)``, writes the real
-    ones (not padding) into their pool slots, and returns every row's whole
-    context ``(B, H_kv, P + T, D)`` read from the pool with one ``index_select``.
-    """
-
-    def __init__(
-        self,
-        pool: KVPool,
-        layer: int,
-        src: torch.Tensor,
-        dst: torch.Tensor,
-        read: torch.Tensor,
-        width: int,
-    ) -> None:
-        super().__init__()
-        self.pool, self.layer, self.width = pool, layer, width
-        self.src, self.dst, self.read = src, dst, read  # (n,), (n,), (B * (P + T),)
-        self.dtype, self.device = pool.dtype, pool.device
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        b, h, t, d = key_states.shape  # (B, H_kv, T, D)
-        k_new = (
-            key_states.transpose(0, 1).reshape(h, b * t, d).index_select(1, self.src)
-        )  # (H_kv, n, D)
-        v_new = value_states.transpose(0, 1).reshape(h, b * t, d).index_select(1, self.src)
-        self.pool.write(self.layer, self.dst, k_new, v_new)
-        k, v = self.pool.read(self.layer, self.read)  # (H_kv, B * (P + T), D)
-        self.keys = k.view(h, b, self.width, d).transpose(0, 1)  # (B, H_kv, P + T, D)
-        self.values = v.view(h, b, self.width, d).transpose(0, 1)
-        return self.keys, self.values
-
-
-class _PoolCache(DynamicCache):
-    """A ``DynamicCache`` whose layers are :class:`_PoolLayer` views of the pool."""
-
-    def __init__(self, layers: list[_PoolLayer]) -> None:
-        Cache.__init__(self, layers=layers)
 
 
 @dataclass
@@ -279,9 +236,9 @@ class CachedCausalLM(LanguageModel):
         self._logprob_lru: OrderedDict[TrieNode, None] = OrderedDict()
         self.stats = CacheStats()
 
-        self.vocab, self.vocab_bytes, self._byte_level = _build_vocab(tokenizer, self._vocab_size)
-        self.eos_token_id = _eos_id(tokenizer, hf_model, self._vocab_size)
-        self.bos_token_id = _bos_id(tokenizer)
+        self.vocab, self.vocab_bytes, self._byte_level = build_vocab(tokenizer, self._vocab_size)
+        self.eos_token_id = eos_id(tokenizer, hf_model, self._vocab_size)
+        self.bos_token_id = bos_id(tokenizer)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -629,13 +586,13 @@ class CachedCausalLM(LanguageModel):
             )
 
         layers = [
-            _PoolLayer(pool, layer, src_t, dst_t, read_t, P + T) for layer in range(pool.n_layers)
+            PoolLayer(pool, layer, src_t, dst_t, read_t, P + T) for layer in range(pool.n_layers)
         ]
         out = self._base(
             input_ids=ids_t,
             attention_mask=mask,
             position_ids=pos_t,
-            past_key_values=_PoolCache(layers),
+            past_key_values=PoolCache(layers),
             use_cache=True,
         )
         hidden = out.last_hidden_state  # (B, T, D_model)
@@ -645,101 +602,3 @@ class CachedCausalLM(LanguageModel):
             for node in g:
                 node.hidden = h_new[k]
                 k += 1
-
-
-# ---------------------------------------------------------------------- tokenizer helpers
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte <-> printable-unicode table."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
-def _decoder_kind(tokenizer: Any) -> str:
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    dec = getattr(backend, "decoder", None)
-    name = type(dec).__name__ if dec is not None else ""
-    if name == "ByteLevel":
-        return "byte_level"
-    if dec is not None and "ByteFallback" in repr(dec) and "▁" in repr(dec):
-        return "sentencepiece"
-    return "other"
-
-
-def _build_vocab(tokenizer: Any, size: int) -> tuple[list[str], list[bytes], bool]:
-    """Text and exact bytes of every token id; ids past the tokenizer get ``""``."""
-    n = min(size, len(tokenizer))
-    pieces = tokenizer.convert_ids_to_tokens(list(range(n)))
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    added = {i for i in range(n) if i in special}
-    added |= set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
-    kind = _decoder_kind(tokenizer)
-    out_bytes: list[bytes] = []
-    if kind == "byte_level":
-        table = {c: b for b, c in _bytes_to_unicode().items()}
-        for i, piece in enumerate(pieces):
-            if piece is None:
-                out_bytes.append(b"")
-            elif i in added or any(ch not in table for ch in piece):
-                out_bytes.append(piece.encode("utf-8"))
-            else:
-                out_bytes.append(bytes(table[ch] for ch in piece))
-        exact = True
-    elif kind == "sentencepiece":
-        for i, piece in enumerate(pieces):
-            if piece is None:
-                out_bytes.append(b"")
-            elif (
-                i not in added
-                and len(piece) == 6
-                and piece.startswith("<0x")
-                and piece.endswith(">")
-            ):
-                out_bytes.append(bytes([int(piece[3:5], 16)]))
-            elif i in added:
-                out_bytes.append(piece.encode("utf-8"))
-            else:
-                out_bytes.append(piece.replace("▁", " ").encode("utf-8"))
-        exact = True
-    else:
-        texts = tokenizer.batch_decode([[i] for i in range(n)], clean_up_tokenization_spaces=False)
-        out_bytes = [t.encode("utf-8") for t in texts]
-        exact = False
-    out_bytes += [b""] * (size - n)
-    vocab = [b.decode("utf-8", errors="replace") for b in out_bytes]
-    return vocab, out_bytes, exact
-
-
-def _eos_id(tokenizer: Any, model: Any, size: int) -> int:
-    eos = getattr(tokenizer, "eos_token_id", None)
-    if eos is None:
-        eos = getattr(model.config, "eos_token_id", None)
-        if isinstance(eos, (list, tuple)):
-            eos = eos[0] if eos else None
-    if eos is None or not 0 <= int(eos) < size:
-        raise ValueError(
-            f"could not find a valid eos_token_id (got {eos!r}) for a vocabulary of {size}"
-        )
-    return int(eos)
-
-
-def _bos_id(tokenizer: Any) -> int | None:
-    """The BOS id if the tokenizer adds one by default, else None."""
-    bos = getattr(tokenizer, "bos_token_id", None)
-    if bos is None:
-        return None
-    try:
-        ids = tokenizer("a", add_special_tokens=True)["input_ids"]
-    except Exception:
-        return None
-    return int(bos) if ids and ids[0] == bos else None

@@ -6,7 +6,8 @@ All layers live in one tensor per K and V, ``(L, H_kv, slots + 1, D)``; the
 extra last slot is scratch space for padding. A forward writes its new
 tokens' K/V straight into their slots and reads each row's whole context
 (prefix and new tokens) with one ``index_select`` per layer, so the prefix is
-copied once per step. The pool grows by doubling up to ``capacity`` slots, so a
+copied once per step. :class:`PoolCache` presents the pool to a Hugging Face
+model as its ``past_key_values`` for one forward. The pool grows by doubling up to ``capacity`` slots, so a
 large bound costs nothing until used::
 
     pool = KVPool(n_layers=30, n_kv_heads=3, head_dim=64, capacity=4096)
@@ -18,8 +19,9 @@ large bound costs nothing until used::
 from __future__ import annotations
 
 import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-__all__ = ["KVPool"]
+__all__ = ["KVPool", "PoolLayer", "PoolCache"]
 
 
 class KVPool:
@@ -100,3 +102,47 @@ class KVPool:
     def clear(self) -> None:
         """Release the storage down to the initial size (contents are discarded)."""
         self._allocate(max(1, min(self.capacity, self._initial)))
+
+
+# ---------------------------------------------------------------------- HF cache adapters
+class PoolLayer(DynamicLayer):
+    """One attention layer's view of the :class:`KVPool` during a forward.
+
+    ``update`` receives the new tokens' K/V ``(B, H_kv, T, D)``, writes the real
+    ones (not padding) into their pool slots, and returns every row's whole
+    context ``(B, H_kv, P + T, D)`` read from the pool with one ``index_select``.
+    """
+
+    def __init__(
+        self,
+        pool: KVPool,
+        layer: int,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        read: torch.Tensor,
+        width: int,
+    ) -> None:
+        super().__init__()
+        self.pool, self.layer, self.width = pool, layer, width
+        self.src, self.dst, self.read = src, dst, read  # (n,), (n,), (B * (P + T),)
+        self.dtype, self.device = pool.dtype, pool.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        b, h, t, d = key_states.shape  # (B, H_kv, T, D)
+        k_new = (
+            key_states.transpose(0, 1).reshape(h, b * t, d).index_select(1, self.src)
+        )  # (H_kv, n, D)
+        v_new = value_states.transpose(0, 1).reshape(h, b * t, d).index_select(1, self.src)
+        self.pool.write(self.layer, self.dst, k_new, v_new)
+        k, v = self.pool.read(self.layer, self.read)  # (H_kv, B * (P + T), D)
+        self.keys = k.view(h, b, self.width, d).transpose(0, 1)  # (B, H_kv, P + T, D)
+        self.values = v.view(h, b, self.width, d).transpose(0, 1)
+        return self.keys, self.values
+
+
+class PoolCache(DynamicCache):
+    """A ``DynamicCache`` whose layers are :class:`PoolLayer` views of the pool."""
+
+    def __init__(self, layers: list[PoolLayer]) -> None:
+        Cache.__init__(self, layers=layers)
