@@ -5,7 +5,8 @@ from .hard_constraints import HardConstraint
 from .infilling import Infilling
 from .mh_power import mh_power_sampling
 from .power_law import PRESETS as POWER_LAW_PRESETS
-from .power_law import PowerLawDraw, PowerLawProposal, PowerLawSampler, power_law_history
+from .power_law import PowerLawDraw, PowerLawSampler
+from .power_law_proposal import PowerLawProposal, power_law_history
 from .power_sampling import PowerSampling, low_temperature_decode, power_smc
 from .prompt_intersection import PromptIntersection
 
