@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 
-__all__ = ["check_positive_int", "check_nonnegative_int", "check_unit_interval", "check_finite"]
+__all__ = [
+    "check_positive_int",
+    "check_nonnegative_int",
+    "check_unit_interval",
+    "check_finite",
+    "check_list",
+]
 
 
 def check_positive_int(name: str, value: object) -> int:
@@ -46,3 +53,15 @@ def check_unit_interval(
         lo, hi = "(0" if open_left else "[0", "1)" if open_right else "1]"
         raise ValueError(f"{name} must lie in {lo}, {hi}, got {v}")
     return v
+
+
+def check_list(name: str, value: object, min_len: int, purpose: str) -> list:
+    """Return ``value`` as a list of at least ``min_len`` items (not a bare string), else raise naming ``name``.
+
+    ``purpose`` completes the message, e.g. ``"two prompts to intersect"``.
+    """
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a list, got {type(value).__name__}")
+    if len(value) < min_len:
+        raise ValueError(f"{name} must hold at least {purpose}, got {len(value)}")
+    return list(value)

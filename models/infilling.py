@@ -64,7 +64,7 @@ from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.rng import current_rng
 from llamppl.token import sample_index
-from llamppl.validation import check_nonnegative_int, check_unit_interval
+from llamppl.validation import check_list, check_nonnegative_int, check_unit_interval
 
 from .constraints import lm_table
 
@@ -155,12 +155,9 @@ class Infilling(Model):
         eos: bool = True,
     ) -> None:
         super().__init__()
-        if isinstance(fragments, str) or not isinstance(fragments, Sequence):
-            raise TypeError(f"fragments must be a list of strings, got {type(fragments).__name__}")
-        if len(fragments) < 2:
-            raise ValueError(
-                f"fragments must hold at least two strings (text before and after a hole), got {len(fragments)}"
-            )
+        fragments = check_list(
+            "fragments", fragments, 2, "two strings (text before and after a hole)"
+        )
         for i, f in enumerate(fragments):
             if not isinstance(f, str):
                 raise TypeError(f"fragments[{i}] must be a str, got {type(f).__name__}")

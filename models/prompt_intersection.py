@@ -47,7 +47,7 @@ from llamppl.distributions import TokenCategorical
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.token import Token
-from llamppl.validation import check_positive_int
+from llamppl.validation import check_list, check_positive_int
 
 __all__ = ["PromptIntersection"]
 
@@ -85,12 +85,7 @@ class PromptIntersection(Model):
         stop_strings: Sequence[str] = (),
     ) -> None:
         super().__init__()
-        if isinstance(prompts, str) or not isinstance(prompts, Sequence):
-            raise TypeError(f"prompts must be a list of prompts, got {type(prompts).__name__}")
-        if len(prompts) < 2:
-            raise ValueError(
-                f"prompts must hold at least two prompts to intersect, got {len(prompts)}"
-            )
+        prompts = check_list("prompts", prompts, 2, "two prompts to intersect")
         if proposal not in PROPOSALS:
             raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
         self.proposal = proposal
