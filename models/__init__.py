@@ -9,8 +9,12 @@ from .power_law import PowerLawDraw, PowerLawSampler
 from .power_law_proposal import PowerLawProposal, power_law_history
 from .power_sampling import PowerSampling, low_temperature_decode, power_smc
 from .prompt_intersection import PromptIntersection
+from .specs import beam_search, specs
+from .speculative import SpeculativeDecoding, SpeculativeResult, speculative_smc, truncated_draft
 
 __all__ = [
+    "specs",
+    "beam_search",
     "PowerLawSampler",
     "PowerLawProposal",
     "PowerLawDraw",
@@ -27,4 +31,8 @@ __all__ = [
     "power_smc",
     "low_temperature_decode",
     "mh_power_sampling",
+    "SpeculativeDecoding",
+    "SpeculativeResult",
+    "speculative_smc",
+    "truncated_draft",
 ]
