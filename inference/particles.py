@@ -17,7 +17,15 @@ from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.weights import check_no_nan
 
-__all__ = ["check_model", "step_all", "begin_all", "log_weights", "Progress", "LMCounters"]
+__all__ = [
+    "check_model",
+    "step_all",
+    "begin_all",
+    "log_weights",
+    "merge_identical",
+    "Progress",
+    "LMCounters",
+]
 
 
 def check_model(model: object) -> Model:
@@ -58,6 +66,33 @@ def log_weights(particles: list[Model]) -> np.ndarray:
     w = np.fromiter((p.weight for p in particles), dtype=np.float64, count=len(particles))
     check_no_nan(w, "particle log weights")
     return w
+
+
+def merge_identical(
+    particles: list[Model], counts: np.ndarray | None = None
+) -> tuple[list[Model], np.ndarray]:
+    """Combine particles with equal ``(state_key(), finished)`` into one per state.
+
+    The survivor's weight is the log of the summed weights; its multiplicity is
+    the summed ``counts`` (default one per particle). Order of first appearance
+    is kept. Returns ``(particles, multiplicities)``.
+    """
+    counts = np.ones(len(particles), dtype=np.int64) if counts is None else np.asarray(counts)
+    index: dict[object, int] = {}
+    merged: list[Model] = []
+    mult: list[int] = []
+    for p, c in zip(particles, counts.tolist()):
+        key = (p.state_key(), p.finished)
+        j = index.get(key)
+        if j is None:
+            index[key] = len(merged)
+            merged.append(p)
+            mult.append(c)
+        else:
+            q = merged[j]
+            q.weight = float(np.logaddexp(q.weight, p.weight))
+            mult[j] += c
+    return merged, np.array(mult, dtype=np.int64)
 
 
 class Progress:

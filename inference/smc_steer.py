@@ -1,17 +1,52 @@
 """``smc_steer``: SMC steering, Algorithm 1 of the LLaMPPL paper.
 
-Every step, each live particle is extended ``n_beam`` = K times (each child
-carrying weight w/K, finished particles carried once with weight w), identical
-candidates are merged (weights summed), and the N' candidates are down-sampled
-to N without replacement (Fearnhead & Clifford 2003) by :func:`steer_downsample`.
+Each step has three parts.
 
-Unbiasedness. Write ŵ_j for the candidates' weights and S = Σ_j ŵ_j, so that
-Ẑ = S / N. Choose c with Σ_j min(1, c ŵ_j) = N. Candidates with c ŵ_j >= 1 are
-kept with their weight; each other candidate is kept with probability c ŵ_j
-(one stratified pass, so exactly N − |I_det| are kept and none twice) and given
-weight 1/c. Then E[new weight of j] = c ŵ_j · 1/c = ŵ_j for every j, so the new
-weights still sum to S in expectation and Ẑ = (1/N) Σ_i w_i stays unbiased. (In
-the paper's normalised notation the kept stochastic weight is W_tot / c.)
+1. **Extend.** The N population slots are shared out among the live
+   particles, and a particle holding s slots is extended s·K times
+   (K = ``n_beam``). Each child carries weight W/(s·K). A finished particle
+   is carried over once with its weight W. While N particles are live this
+   is N·K proposals, exactly as in Algorithm 1 (lines 8–15).
+2. **Merge.** Candidates with equal ``state_key()`` are combined into one
+   candidate. Its weight is the sum of their weights, and its multiplicity
+   is the number of children it stands for.
+3. **Down-sample.** :func:`steer_downsample` reduces the candidates to at
+   most N without replacement (Fearnhead & Clifford 2003), with weights
+   unbiased per candidate (lines 18–30). When N or more distinct candidates
+   exist, each survivor holds one slot at the next step. When fewer exist,
+   all are kept and the N slots are split among the live ones in proportion
+   to their multiplicities (see :func:`allocate_slots`).
+
+Why merging keeps the algorithm exact. Write the population as weighted
+states {(x_j, W_j)} with Ẑ = Σ_j W_j / N. Every estimate the algorithm makes,
+E[Σ_j W_j f(x_j)] = Z·E_π[f] with Ẑ unbiased, depends on the population only
+through the weighted empirical measure Σ_j W_j δ_{x_j}. Two particles in the
+same state x with weights W_1 and W_2 give the same measure as one particle
+(x, W_1 + W_2). Merging therefore changes no expectation. It is also
+essential, not just an optimisation: the down-sampler keeps each candidate
+at most once, so N distinct states come back whenever N distinct
+extensions exist.
+
+Merging must not reduce the sampling effort. The earlier version merged
+and then extended a merged particle only K times. At the first step all N
+clones are one state, so that version drew only K first tokens in total.
+Here the extension budget is slots, not particles. The N slots always go to
+the live particles, so every step draws N·K proposals (fewer only once
+particles finish). A particle's weight is split evenly over its s·K
+children, so E[Σ children weights · G_t] = W·E[G_t | x]. Extension is
+therefore unbiased for any allocation that depends only on the past. The
+allocation follows multiplicities, so that a state reached by m children
+gets about m times the proposals: the share it would have had without
+merging.
+
+Why down-sampling is unbiased. Write ŵ_j for the candidates' weights and
+S = Σ_j ŵ_j, so Ẑ = S/N. Choose c with Σ_j min(1, c ŵ_j) = N. A candidate
+with c ŵ_j ≥ 1 is kept with its own weight. Every other candidate is kept
+with probability c ŵ_j and then given weight 1/c. The draw is one
+stratified pass, so exactly N − |I_det| are kept and none twice. Then
+E[new weight of j] = c ŵ_j · 1/c = ŵ_j for every j, and Ẑ stays unbiased.
+(In the paper's normalised notation the kept stochastic weight is W_tot/c,
+line 30.)
 
     result = await smc_steer(model, n_particles=8, n_beam=3, seed=0)
 """
@@ -27,10 +62,18 @@ from llamppl.rng import make_rng, using_rng
 from llamppl.validation import check_positive_int
 from llamppl.weights import ess, logsumexp
 
-from .particles import LMCounters, Progress, begin_all, check_model, log_weights, step_all
+from .particles import (
+    LMCounters,
+    Progress,
+    begin_all,
+    check_model,
+    log_weights,
+    merge_identical,
+    step_all,
+)
 from .result import SMCResult, StepRecord
 
-__all__ = ["smc_steer", "steer_downsample", "merge_duplicates"]
+__all__ = ["smc_steer", "steer_downsample", "allocate_slots", "merge_duplicates"]
 
 
 def steer_downsample(
@@ -65,17 +108,60 @@ def steer_downsample(
     return indices, new_w
 
 
+def allocate_slots(multiplicities: np.ndarray, n_slots: int) -> np.ndarray:
+    """Share ``n_slots`` extension slots among particles: one each, the rest in proportion to multiplicity.
+
+    Largest-remainder rounding, ties to the lower index, so the allocation is a
+    deterministic function of the multiplicities (any such rule keeps Ẑ unbiased;
+    see the module docstring).
+    """
+    m = np.asarray(multiplicities, dtype=np.float64)
+    if m.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if n_slots < m.size:
+        raise ValueError(
+            f"n_slots must be at least the number of particles ({m.size}), got {n_slots}"
+        )
+    extra = n_slots - m.size
+    share = extra * m / m.sum()
+    slots = np.floor(share).astype(np.int64)
+    remainder = share - slots
+    slots[np.argsort(-remainder, kind="stable")[: extra - int(slots.sum())]] += 1
+    return slots + 1
+
+
 def merge_duplicates(particles: list[Model]) -> list[Model]:
-    """Merge particles with equal ``state_key()`` into one whose weight is their summed weight."""
-    merged: dict[object, Model] = {}
-    for p in particles:
-        key = (p.state_key(), p.finished)
-        q = merged.get(key)
-        if q is None:
-            merged[key] = p
-        else:
-            q.weight = logsumexp(np.array([q.weight, p.weight]))
-    return list(merged.values())
+    """Merge particles with equal state into one carrying their summed weight."""
+    return merge_identical(particles)[0]
+
+
+def _extend(particles: list[Model], slots: np.ndarray, k: int) -> tuple[list[Model], list[Model]]:
+    """Line 8–15 of Algorithm 1: s·K children per live particle holding s slots, weight W/(s·K) each.
+
+    Returns ``(candidates, children)``: the candidates include finished particles, carried once.
+    """
+    candidates: list[Model] = []
+    children: list[Model] = []
+    for p, s in zip(particles, slots.tolist()):
+        if p.done_stepping():
+            candidates.append(p)
+            continue
+        m = s * k
+        family = [p] + [p.clone() for _ in range(m - 1)]
+        for c in family:
+            c.weight -= math.log(m)
+        candidates += family
+        children += family
+    return candidates, children
+
+
+def _slots_for(particles: list[Model], multiplicities: np.ndarray, n: int) -> np.ndarray:
+    """The N population slots: one per finished particle, the rest shared among live ones."""
+    live = np.array([not p.done_stepping() for p in particles], dtype=bool)
+    slots = np.zeros(len(particles), dtype=np.int64)
+    if live.any():
+        slots[live] = allocate_slots(multiplicities[live], n - int((~live).sum()))
+    return slots
 
 
 async def smc_steer(
@@ -85,7 +171,7 @@ async def smc_steer(
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
 ) -> SMCResult:
-    """SMC steering (LLaMPPL Algorithm 1): K = ``n_beam`` extensions per particle, down-sampled to N.
+    """SMC steering (LLaMPPL Algorithm 1): N·K extensions per step, down-sampled to N distinct particles.
 
     Returns an ``SMCResult`` with ``log_ml = log (1/N) Σ_i w_i``, whose exponential Ẑ is an
     unbiased estimate of Z. The result holds N distinct particles whenever at least N distinct
@@ -102,25 +188,17 @@ async def smc_steer(
         with using_rng(rng):
             particles = [model.clone() for _ in range(n)]
             await begin_all(particles)
-            particles = merge_duplicates(particles)
+            particles, mult = merge_identical(particles)
             t = 0
             while not all(p.done_stepping() for p in particles):
-                candidates, extended = [], []
-                for p in particles:
-                    if p.done_stepping():
-                        candidates.append(p)
-                        continue
-                    children = [p] + [p.clone() for _ in range(k - 1)]
-                    for c in children:
-                        c.weight -= math.log(k)
-                    candidates += children
-                    extended += children
-                await step_all(extended)
-                candidates = merge_duplicates(candidates)
+                slots = _slots_for(particles, mult, n)
+                candidates, children = _extend(particles, slots, k)
+                await step_all(children)
+                candidates, mult = merge_identical(candidates)
                 w = log_weights(candidates)
                 t += 1
                 keep, new_w = steer_downsample(w, n, rng)
-                particles = [candidates[i] for i in keep.tolist()]
+                particles, mult = [candidates[i] for i in keep.tolist()], mult[keep]
                 for p, lw in zip(particles, new_w.tolist()):
                     p.weight = lw
                 resampled = len(candidates) > len(keep)
@@ -129,7 +207,7 @@ async def smc_steer(
                 history.append(
                     StepRecord(t, ess(w), resampled, keep if resampled else None, log_ml, live)
                 )
-                bar.update(candidates=len(candidates), live=live)
+                bar.update(proposals=len(children), candidates=len(candidates), live=live)
     finally:
         bar.close()
     w = log_weights(particles)
