@@ -52,6 +52,7 @@ from typing import Any
 import torch
 
 from .base import LanguageModel
+from .hf_arch import inspect_architecture
 from .hf_vocab import bos_id, build_vocab, eos_id
 from .kv_pool import KVPool, PoolCache, PoolLayer
 from .trie import TokenTrie, TrieNode
@@ -85,6 +86,8 @@ class CacheStats:
         Bytes of K/V held at that peak (``peak_cached_tokens * bytes per token``).
     evictions : int
         Trie nodes evicted to respect ``max_cache_tokens``.
+    uploads : int
+        Host-to-device copies of index data (one per forward).
     """
 
     forward_calls: int = 0
@@ -95,6 +98,7 @@ class CacheStats:
     peak_cached_tokens: int = 0
     peak_cache_bytes: int = 0
     evictions: int = 0
+    uploads: int = 0
 
     def reset(self) -> None:
         """Zero the counters; the peaks restart from the current cache size."""
@@ -102,6 +106,7 @@ class CacheStats:
             self.peak_cache_bytes // self.peak_cached_tokens if self.peak_cached_tokens else 0
         )
         self.forward_calls = self.tokens_run = self.cache_hits = self.requests = self.evictions = 0
+        self.uploads = 0
         self.peak_cached_tokens = self.cached_tokens
         self.peak_cache_bytes = self.cached_tokens * per_token
 
@@ -144,6 +149,9 @@ class CachedCausalLM(LanguageModel):
         Default: the model's dtype. Log-probs are always float32.
     max_cached_logprobs : int
         How many next-token log-prob vectors to keep (most recent first).
+    verify : bool
+        Check at construction that cached log-probs equal a fresh forward on a
+        small branching probe (:meth:`verify_exact`); ``ValueError`` if not.
 
     Attributes
     ----------
@@ -161,6 +169,7 @@ class CachedCausalLM(LanguageModel):
         max_cache_tokens: int | None = None,
         dtype: torch.dtype | None = None,
         max_cached_logprobs: int = 256,
+        verify: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(hf_model, torch.nn.Module) or not hasattr(hf_model, "config"):
@@ -181,10 +190,21 @@ class CachedCausalLM(LanguageModel):
             )
 
         param = next(hf_model.parameters())
-        target_device = torch.device(device) if device is not None else param.device
-        target_dtype = dtype if dtype is not None else param.dtype
-        if param.device != target_device or param.dtype != target_dtype:
-            hf_model.to(device=target_device, dtype=target_dtype)
+        split = bool(getattr(hf_model, "hf_device_map", None))  # placed by accelerate: leave it
+        if split:
+            target_device = hf_model.get_input_embeddings().weight.device
+            if device is not None and torch.device(device) != target_device:
+                raise ValueError(
+                    f"device={device!r} conflicts with the model's device_map (inputs on {target_device})"
+                )
+            target_dtype = param.dtype
+            if dtype is not None and dtype != param.dtype:
+                raise ValueError("dtype cannot be changed for a model placed with device_map")
+        else:
+            target_device = torch.device(device) if device is not None else param.device
+            target_dtype = dtype if dtype is not None else param.dtype
+            if param.device != target_device or param.dtype != target_dtype:
+                hf_model.to(device=target_device, dtype=target_dtype)
         hf_model.eval()
         self.model = hf_model
         self.tokenizer = tokenizer
@@ -201,21 +221,17 @@ class CachedCausalLM(LanguageModel):
         self._additive_mask = attn == "eager"
         self._base = hf_model.base_model
         self._head = hf_model.get_output_embeddings()
-        self._softcap = getattr(config, "final_logit_softcapping", None)
+        self._arch = inspect_architecture(hf_model, target_device)
         self._max_positions = getattr(config, "max_position_embeddings", None)
 
-        n_layers = config.num_hidden_layers
-        n_kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        head_dim = (
-            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        )
+        n_layers = len(self._arch.windows)
+        (n_kv_heads, head_dim), (_, v_head_dim) = self._arch.k_shape, self._arch.v_shape
         self._vocab_size = int(self._head.weight.shape[0])
 
         bytes_per_token = (
-            2
-            * n_layers
+            n_layers
             * n_kv_heads
-            * head_dim
+            * (head_dim + v_head_dim)
             * torch.empty((), dtype=target_dtype).element_size()
         )
         if max_cache_tokens is None:
@@ -230,7 +246,14 @@ class CachedCausalLM(LanguageModel):
         self.max_cached_logprobs = max_cached_logprobs
         self._trie = TokenTrie(max_cache_tokens)
         self._pool = KVPool(
-            n_layers, n_kv_heads, head_dim, max_cache_tokens, target_dtype, target_device
+            n_layers,
+            n_kv_heads,
+            head_dim,
+            max_cache_tokens,
+            target_dtype,
+            target_device,
+            v_head_dim=v_head_dim,
+            layer_devices=self._arch.layer_devices,
         )
         self._bytes_per_token = bytes_per_token
         self._logprob_lru: OrderedDict[TrieNode, None] = OrderedDict()
@@ -239,6 +262,59 @@ class CachedCausalLM(LanguageModel):
         self.vocab, self.vocab_bytes, self._byte_level = build_vocab(tokenizer, self._vocab_size)
         self.eos_token_id = eos_id(tokenizer, hf_model, self._vocab_size)
         self.bos_token_id = bos_id(tokenizer)
+
+        if verify:
+            self.verify_exact()
+
+    def verify_exact(self, tolerance: float | None = None) -> float:
+        """Compare cached log-probs with a fresh full forward on a probe tree; refuse on mismatch.
+
+        The probe batches contexts of different lengths (padding), siblings below
+        a fresh prefix (a tree row) and a cached-prefix extension, longer than
+        any attention window up to 64 tokens. ``tolerance`` defaults to 1e-3 in
+        float32 and 50 machine epsilons in lower precision (0.39 in bf16, 0.049
+        in fp16). Returns the largest difference; raises ``ValueError`` naming
+        the architecture if it exceeds the tolerance. The cache and the
+        counters are cleared afterwards.
+        """
+        if tolerance is None:
+            eps = torch.finfo(self._dtype).eps
+            tolerance = 1e-3 if self._dtype == torch.float32 else 50 * eps
+        windows = [w for w in self._arch.windows if w is not None]
+        length = min(64, max(windows) + 6) if windows else 12
+        if self._max_positions:
+            length = min(length, self._max_positions - 4)
+        length = min(length, self.max_cache_tokens - 3)  # the probe's tree must fit the cache
+        if length < 4:
+            return 0.0  # a cache this small cannot hold a meaningful probe
+        gen = torch.Generator().manual_seed(0)
+        high = min(self._vocab_size, len(self.tokenizer))
+        base = torch.randint(0, high, (length + 3,), generator=gen).tolist()
+        contexts = [
+            tuple(base[: length // 2]),
+            tuple(base[:length]),
+            tuple(base[: length - 1]) + (base[length + 1],),
+            tuple(base[:3]),
+        ]
+
+        got = self._next_token_logprobs_batch(contexts)  # one batch: padding and a tree row
+        got += self._next_token_logprobs_batch([tuple(base[: length + 2])])  # a cached prefix
+        worst = 0.0
+        with torch.inference_mode():
+            for c, lp in zip(contexts + [tuple(base[: length + 2])], got):
+                ids = torch.tensor([c], device=self._device)
+                logits = self.model(input_ids=ids).logits[0, -1].float()
+                fresh = torch.log_softmax(logits, dim=-1).to(lp.device)
+                worst = max(worst, float((fresh - lp).abs().max()))
+        self.clear_cache()
+        self.stats = CacheStats()
+        if not worst <= tolerance:  # also catches NaN
+            raise ValueError(
+                f"CachedCausalLM cannot serve {self._arch.name} exactly: cached log-probs differ "
+                f"from a fresh forward by {worst:.3g} (tolerance {tolerance:.3g}) on a probe; "
+                "this architecture computes attention in a way the token-trie cache does not reproduce"
+            )
+        return worst
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -470,10 +546,15 @@ class CachedCausalLM(LanguageModel):
 
     def _logprobs_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """Normalised float32 log-probs ``(n, V)`` from final hidden states ``(n, D)``."""
-        logits = self._head(hidden).float()  # (n, V)
-        if self._softcap:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
-        return torch.log_softmax(logits, dim=-1)
+        arch = self._arch
+        logits = self._head(hidden.to(self._head.weight.device)).float()  # (n, V)
+        if arch.logit_multiply is not None:
+            logits = logits * arch.logit_multiply
+        if arch.logit_divide is not None:
+            logits = logits / arch.logit_divide
+        if arch.logit_softcap:
+            logits = torch.tanh(logits / arch.logit_softcap) * arch.logit_softcap
+        return torch.log_softmax(logits, dim=-1).to(self._device)
 
     def _forward(self, items: list[_Item]) -> list[tuple[int, TrieNode, torch.Tensor]]:
         """Insert the items' new tokens, run them in one forward, store K/V and hidden states.
@@ -521,7 +602,8 @@ class CachedCausalLM(LanguageModel):
         """One batched forward, a row per group; fills the groups' K/V slots and ``node.hidden``.
 
         Row ``b`` holds ``P`` cached keys (the base's path, left padded) then ``T``
-        new tokens (left padded); ``P``, ``T`` are the maxima over rows.
+        new tokens (left padded); ``P``, ``T`` are the maxima over rows. All index
+        data goes to the device in ONE upload (:meth:`_upload`).
         """
         pool, dev = self._pool, self._device
         B = len(groups)
@@ -531,36 +613,40 @@ class CachedCausalLM(LanguageModel):
 
         pool.ensure(max(node.slot for g in groups for node in g))
         pad = pool.scratch
-        ids = [[0] * T for _ in range(B)]
-        pos = [[0] * T for _ in range(B)]
+        ids = [0] * (B * T)
+        pos = [0] * (B * T)
         read: list[int] = []  # pool slot of every key position, row by row; padding reads scratch
         src: list[int] = []  # b * T + column of each new node, group order
         dst: list[int] = []  # its slot
-        trees: list[tuple[int, list[int]]] = []  # (row, parent index within group) for non-chains
+        trees: list[tuple[int, int]] = []  # (row, size) of groups that branch
+        ancestry: list[int] = []  # their ancestor-or-self matrices, flattened
         for b, (g, base) in enumerate(zip(groups, bases)):
             off = T - len(g)
             index = {node: k for k, node in enumerate(g)}
             parents = [index.get(node.parent, -1) for node in g]
             if any(par != k - 1 for k, par in enumerate(parents)):
-                trees.append((b, parents))
+                trees.append((b, len(g)))
+                anc: list[list[int]] = []
+                for k, par in enumerate(parents):
+                    row = list(anc[par]) if par >= 0 else [0] * len(g)
+                    row[k] = 1
+                    anc.append(row)
+                ancestry += [x for row in anc for x in row]
             read += [pad] * (P - base.depth)
             if base.depth:
                 read += base.path_slots()
             read += [pad] * off
             for k, node in enumerate(g):
-                ids[b][off + k] = node.token
-                pos[b][off + k] = node.depth - 1
+                ids[b * T + off + k] = node.token
+                pos[b * T + off + k] = node.depth - 1
                 src.append(b * T + off + k)
                 dst.append(node.slot)
                 read.append(node.slot)
 
-        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)  # (B, T)
-        pos_t = torch.tensor(pos, dtype=torch.long, device=dev)  # (B, T)
-        t_t = torch.tensor(t_len, device=dev)  # (B,)
-        p_t = torch.tensor(p_len, device=dev)  # (B,)
-        src_t = torch.tensor(src, dtype=torch.long, device=dev)  # (n,)
-        dst_t = torch.tensor(dst, dtype=torch.long, device=dev)  # (n,)
-        read_t = torch.tensor(read, dtype=torch.long, device=dev)  # (B * (P + T),)
+        ids_t, pos_t, t_t, p_t, src_t, dst_t, read_t, anc_t = self._upload(
+            ids, pos, t_len, p_len, src, dst, read, ancestry
+        )
+        ids_t, pos_t = ids_t.view(B, T), pos_t.view(B, T)
 
         # ---- attention mask (B, 1, T, P + T): True = attend
         ar_t = torch.arange(T, device=dev)
@@ -569,36 +655,67 @@ class CachedCausalLM(LanguageModel):
         new_ok = (kj <= qi)[None] & (
             (kj[None] >= (T - t_t)[:, None, None]) | (kj == qi)[None]
         )  # (B, T, T)
-        for b, parents in trees:
-            t = len(parents)
-            anc = torch.zeros(t, t, dtype=torch.bool)
-            for k, par in enumerate(parents):
-                if par >= 0:
-                    anc[k] = anc[par]
-                anc[k, k] = True
-            new_ok[b, T - t :, T - t :] = anc.to(dev)
-        mask = torch.cat([prefix_ok[:, None, :].expand(B, T, P), new_ok], dim=2)[
-            :, None
-        ]  # (B, 1, T, P+T)
-        if self._additive_mask:
-            mask = torch.zeros(mask.shape, dtype=self._dtype, device=dev).masked_fill_(
-                ~mask, torch.finfo(self._dtype).min
-            )
+        at = 0
+        for b, t in trees:
+            new_ok[b, T - t :, T - t :] = anc_t[at : at + t * t].view(t, t).bool()
+            at += t * t
+        mask = torch.cat([prefix_ok[:, None, :].expand(B, T, P), new_ok], dim=2)  # (B, T, P+T)
+        attention_mask = self._layer_masks(mask, pos_t, p_t, P)
 
+        devices = {d for d in pool.layer_devices if d != dev}
+        local = {dev: (src_t, dst_t, read_t)}
+        for d in devices:  # a split model: one copy of the indices per extra device
+            local[d] = (src_t.to(d), dst_t.to(d), read_t.to(d))
         layers = [
-            PoolLayer(pool, layer, src_t, dst_t, read_t, P + T) for layer in range(pool.n_layers)
+            PoolLayer(pool, layer, *local[pool.layer_devices[layer]], P + T, prefix=P)
+            for layer in range(pool.n_layers)
         ]
         out = self._base(
             input_ids=ids_t,
-            attention_mask=mask,
+            attention_mask=attention_mask,
             position_ids=pos_t,
             past_key_values=PoolCache(layers),
             use_cache=True,
         )
         hidden = out.last_hidden_state  # (B, T, D_model)
-        h_new = hidden.reshape(B * T, -1).index_select(0, src_t)  # (n, D_model)
+        h_new = hidden.reshape(B * T, -1).index_select(0, src_t.to(hidden.device))  # (n, D_model)
         k = 0
         for g in groups:
             for node in g:
                 node.hidden = h_new[k]
                 k += 1
+
+    def _upload(self, *parts: list[int]) -> list[torch.Tensor]:
+        """Send integer lists to the device in one host-to-device copy; views of it, one per list."""
+        flat = [x for part in parts for x in part]
+        self.stats.uploads += 1
+        data = torch.tensor(flat, dtype=torch.long).to(self._device, non_blocking=True)
+        return list(torch.split(data, [len(part) for part in parts]))
+
+    def _layer_masks(
+        self, mask: torch.Tensor, pos_t: torch.Tensor, p_t: torch.Tensor, P: int
+    ) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The tree mask ``(B, T, P+T)`` as each layer needs it: windowed where the layer has a window.
+
+        A windowed layer sees key k from query q iff ``pos(q) - pos(k) < window``
+        (transformers' sliding-window overlay), on top of the tree mask.
+        """
+        arch, dev = self._arch, self._device
+        key_pos = torch.cat(
+            [torch.arange(P, device=dev)[None, :] - (P - p_t)[:, None], pos_t], dim=1
+        )  # (B, P+T); padding columns are masked anyway
+        dist = pos_t[:, :, None] - key_pos[:, None, :]  # (B, T, P+T)
+        by_window: dict[int | None, torch.Tensor] = {}
+        for w in set(arch.windows):
+            m = mask if w is None else mask & (dist < w)
+            m = m[:, None]  # (B, 1, T, P+T)
+            if self._additive_mask:
+                m = torch.zeros(m.shape, dtype=self._dtype, device=dev).masked_fill_(
+                    ~m, torch.finfo(self._dtype).min
+                )
+            by_window[w] = m
+        if arch.mask_is_dict:
+            return {
+                t: by_window[w] for t, w in zip(arch.layer_types or (), arch.windows, strict=True)
+            }
+        return by_window[arch.windows[0]]

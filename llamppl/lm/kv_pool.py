@@ -2,8 +2,9 @@
 
 The pool stores the keys and values of each cached token in a *slot*; the
 :class:`~llamppl.lm.trie.TokenTrie` decides which slot belongs to which token.
-All layers live in one tensor per K and V, ``(L, H_kv, slots + 1, D)``; the
-extra last slot is scratch space for padding. A forward writes its new
+Each layer has one tensor for K and one for V, ``(H_kv, slots + 1, D)``, on
+that layer's device (a model split by ``device_map`` keeps each layer's K/V
+beside it); the extra last slot is scratch space for padding. A forward writes its new
 tokens' K/V straight into their slots and reads each row's whole context
 (prefix and new tokens) with one ``index_select`` per layer, so the prefix is
 copied once per step. :class:`PoolCache` presents the pool to a Hugging Face
@@ -25,18 +26,22 @@ __all__ = ["KVPool", "PoolLayer", "PoolCache"]
 
 
 class KVPool:
-    """Slot-indexed K/V storage for all layers, ``(L, H_kv, N + 1, D)`` per K and V.
+    """Slot-indexed K/V storage, one ``(H_kv, N + 1, D)`` tensor per layer for K and for V.
 
     Parameters
     ----------
     n_layers, n_kv_heads, head_dim : int
-        Shape of the model's attention cache.
+        Shape of the model's attention cache (``head_dim`` of the keys).
     capacity : int
         Maximum number of slots (plus one scratch slot, :attr:`scratch`).
     dtype, device
         Storage dtype and device (the model's).
     initial_slots : int
         Slots allocated up front; the pool doubles on demand.
+    v_head_dim : int | None
+        Width of the values when it differs from the keys' (multi-head latent attention).
+    layer_devices : sequence of devices | None
+        Per-layer devices for a model split across devices (``device_map``); default ``device``.
     """
 
     def __init__(
@@ -48,34 +53,48 @@ class KVPool:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
         initial_slots: int = 256,
+        v_head_dim: int | None = None,
+        layer_devices: list[torch.device] | tuple[torch.device, ...] | None = None,
     ) -> None:
         self.n_layers, self.n_kv_heads, self.head_dim = n_layers, n_kv_heads, head_dim
+        self.v_head_dim = head_dim if v_head_dim is None else v_head_dim
         self.capacity = capacity
         self.dtype = dtype
         self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.layer_devices = (
+            tuple(torch.device(d) for d in layer_devices)
+            if layer_devices is not None
+            else (self.device,) * n_layers
+        )
         self._initial = initial_slots
         self._allocate(max(1, min(capacity, initial_slots)))
 
     def _allocate(self, n: int) -> None:
-        shape = (self.n_layers, self.n_kv_heads, n + 1, self.head_dim)
-        self.k = torch.zeros(shape, dtype=self.dtype, device=self.device)  # (L, H_kv, N + 1, D)
-        self.v = torch.zeros(shape, dtype=self.dtype, device=self.device)  # (L, H_kv, N + 1, D)
+        h = self.n_kv_heads
+        self.k = [
+            torch.zeros((h, n + 1, self.head_dim), dtype=self.dtype, device=d)
+            for d in self.layer_devices
+        ]  # per layer (H_kv, N + 1, D_k)
+        self.v = [
+            torch.zeros((h, n + 1, self.v_head_dim), dtype=self.dtype, device=d)
+            for d in self.layer_devices
+        ]  # per layer (H_kv, N + 1, D_v)
 
     @property
     def bytes_per_slot(self) -> int:
         """Bytes of K and V for one token across all layers."""
         elem = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * elem
+        return self.n_layers * self.n_kv_heads * (self.head_dim + self.v_head_dim) * elem
 
     @property
     def allocated_slots(self) -> int:
         """Slots currently backed by memory (grows up to ``capacity``; scratch excluded)."""
-        return self.k.shape[2] - 1
+        return self.k[0].shape[1] - 1
 
     @property
     def scratch(self) -> int:
         """Index of the scratch slot (padding reads and writes go there)."""
-        return self.k.shape[2] - 1
+        return self.k[0].shape[1] - 1
 
     def ensure(self, max_slot: int) -> None:
         """Grow the storage (doubling) so that slot ``max_slot`` exists. Moves :attr:`scratch`."""
@@ -87,8 +106,8 @@ class KVPool:
         new_n = min(self.capacity, max(2 * n, max_slot + 1))
         old_k, old_v = self.k, self.v
         self._allocate(new_n)
-        self.k[:, :, :n].copy_(old_k[:, :, :n])
-        self.v[:, :, :n].copy_(old_v[:, :, :n])
+        for new, old in zip(self.k + self.v, old_k + old_v):
+            new[:, :n].copy_(old[:, :n])
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store ``k``, ``v`` of shape ``(H_kv, n, D)`` of ``layer`` into ``slots`` (``(n,)`` long)."""
@@ -121,23 +140,28 @@ class PoolLayer(DynamicLayer):
         dst: torch.Tensor,
         read: torch.Tensor,
         width: int,
+        prefix: int = 0,
     ) -> None:
         super().__init__()
-        self.pool, self.layer, self.width = pool, layer, width
+        self.pool, self.layer, self.width, self.prefix = pool, layer, width, prefix
         self.src, self.dst, self.read = src, dst, read  # (n,), (n,), (B * (P + T),)
-        self.dtype, self.device = pool.dtype, pool.device
+        self.dtype, self.device = pool.dtype, pool.layer_devices[layer]
         self.is_initialized = True
+
+    def get_seq_length(self, *args, **kwargs) -> int:
+        """Keys already cached before this forward's tokens (the ``P`` prefix columns)."""
+        return self.prefix
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         b, h, t, d = key_states.shape  # (B, H_kv, T, D)
         k_new = (
             key_states.transpose(0, 1).reshape(h, b * t, d).index_select(1, self.src)
         )  # (H_kv, n, D)
-        v_new = value_states.transpose(0, 1).reshape(h, b * t, d).index_select(1, self.src)
+        v_new = value_states.transpose(0, 1).reshape(h, b * t, -1).index_select(1, self.src)
         self.pool.write(self.layer, self.dst, k_new, v_new)
         k, v = self.pool.read(self.layer, self.read)  # (H_kv, B * (P + T), D)
-        self.keys = k.view(h, b, self.width, d).transpose(0, 1)  # (B, H_kv, P + T, D)
-        self.values = v.view(h, b, self.width, d).transpose(0, 1)
+        self.keys = k.view(h, b, self.width, -1).transpose(0, 1)  # (B, H_kv, P + T, D_k)
+        self.values = v.view(h, b, self.width, -1).transpose(0, 1)  # (B, H_kv, P + T, D_v)
         return self.keys, self.values
 
 
