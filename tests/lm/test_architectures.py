@@ -11,6 +11,8 @@ after eviction; each is compared with ``model(ids).logits`` of a fresh forward.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 
 import pytest
 import torch
@@ -18,8 +20,11 @@ import transformers as tf
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+import llamppl
 from llamppl import CachedCausalLM
+from llamppl.lm.cached_causal_lm import rounding_tolerance
 
+LLAMPPL_DIR = os.path.dirname(llamppl.__file__)
 VOCAB = 96
 WINDOW = 8
 TOL = 1e-4
@@ -288,3 +293,69 @@ def test_probe_refuses_an_architecture_it_does_not_know(tokenizer, monkeypatch):
     lm._head = torch.nn.Linear(64, VOCAB, bias=False)  # a wrong head, as if a transform were missed
     with pytest.raises(ValueError, match="differ from a fresh forward"):
         lm.verify_exact()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "mistral-window", "opt"])
+def test_low_precision_matches_fresh_forward_in_the_same_dtype(tokenizer, arch, dtype):
+    """bf16/fp16 weights and K/V; log-probs come back float32.
+
+    The tolerance is :func:`~llamppl.lm.cached_causal_lm.rounding_tolerance`:
+    rounding of L layers and the head, accumulated like a random walk,
+    2·sqrt(L + 1)·eps·(1 + M) for logits of magnitude M (derivation in its
+    docstring). Measured here: at most 0.0019 (bf16) and 0.0004 (fp16).
+    """
+    model = _model(CONFIGS[arch], "eager", dtype=dtype)
+    lm = CachedCausalLM(model, tokenizer)
+    contexts = _tree()
+    got = lm._next_token_logprobs_batch(contexts)
+    n_layers = model.config.num_hidden_layers
+    for g, c in zip(got, contexts):
+        assert g.dtype == torch.float32
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([c])).logits[0, -1].float()
+        tol = rounding_tolerance(dtype, n_layers, float(logits.abs().max()))
+        assert float((g - torch.log_softmax(logits, -1)).abs().max()) <= tol
+
+
+class _TransferCounter(torch.overrides.TorchFunctionMode):
+    """Counts the calls that copy between host and device (or sync): on a GPU each is a transfer."""
+
+    NAMES = {"tensor", "as_tensor", "to", "cpu", "cuda", "item", "tolist", "numpy"}
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.NAMES:
+            caller = sys._getframe(1).f_code.co_filename
+            if caller.startswith(LLAMPPL_DIR):  # ours, not transformers' internal dtype casts
+                self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_host_device_transfers_per_step_do_not_grow_with_particles(tokenizer):
+    """One SMC step = one batch of N contexts, each one token past a cached context.
+
+    The budget (module docstring of ``cached_causal_lm``): one upload of index
+    data per forward, nothing copied back (log-prob rows stay on the device).
+    """
+    model = _model(CONFIGS["gemma2"], "eager")
+    lm = CachedCausalLM(model, tokenizer)
+    counts = {}
+    for n in (2, 8, 32):
+        lm.clear_cache()
+        prompt = tuple(range(3, 20))
+        lm._next_token_logprobs_batch([prompt])
+        steps = [prompt + (3 + i % 90,) for i in range(n)]
+        uploads = lm.stats.uploads
+        with _TransferCounter() as counter:
+            out = lm._next_token_logprobs_batch(steps)
+        assert lm.stats.uploads - uploads == 1
+        assert all(o.device == lm.device for o in out)
+        counts[n] = counter.count
+    # torch.tensor(...).to(device) for the indices; then three moves that are no-ops unless the
+    # model is split across devices: output-row indices to the last layer's device, hidden rows
+    # to the head's device, log-prob rows back to the LM's device
+    assert counts[2] == counts[8] == counts[32] == 5
