@@ -28,6 +28,18 @@ forward, each attention layer writes the new tokens' K/V straight into their
 pool slots and reads each row's context with one ``index_select`` (padding
 reads a scratch slot), so no K/V is copied back afterwards.
 
+Architectures. :mod:`llamppl.lm.hf_arch` reads per-layer attention windows,
+logit transforms and K/V shapes from the config and a probe forward, and
+refuses what the pool cannot reproduce (ALiBi, non-attention layers); a
+construction-time probe (:meth:`CachedCausalLM.verify_exact`) compares
+cached log-probs with a fresh forward and refuses the model on a mismatch.
+
+Transfer budget per forward (independent of the number of particles): ONE
+host-to-device upload of all index data (``stats.uploads``); log-prob rows are
+returned on the device, nothing is copied back. A model split by
+``device_map`` adds one copy of the indices per extra device and the hidden
+rows' trip to the head's device.
+
 Memory. ``max_cache_tokens`` bounds the K/V slots (default: as many as fit in
 1 GiB). When a batch needs more slots than are free, least-recently-used
 leaves are evicted; nodes the batch itself reads are locked (that is the

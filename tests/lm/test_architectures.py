@@ -359,3 +359,31 @@ def test_host_device_transfers_per_step_do_not_grow_with_particles(tokenizer):
     # model is split across devices: output-row indices to the last layer's device, hidden rows
     # to the head's device, log-prob rows back to the LM's device
     assert counts[2] == counts[8] == counts[32] == 5
+
+
+def test_device_map_split_model_keeps_each_layers_kv_on_its_device(tokenizer, tmp_path):
+    """``from_pretrained(..., device_map=...)``: accelerate places the modules; the pool follows.
+
+    This machine has one device, so every entry of the map is "cpu" (and
+    transformers then places the model whole): the test proves that loading
+    through ``device_map`` works, that the pool keeps each layer's K/V on the
+    device of that layer's parameters and that results are exact. A real
+    cross-device copy cannot run here; see docs/architectures.md.
+    """
+    model = _model(CONFIGS["llama"], "sdpa")
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    device_map = {
+        "model.embed_tokens": "cpu",
+        "model.layers.0": "cpu",
+        "model.layers.1": "cpu",
+        "model.norm": "cpu",
+        "model.rotary_emb": "cpu",
+        "lm_head": "cpu",
+    }
+    lm = CachedCausalLM.from_pretrained(tmp_path, device_map=device_map)
+    layer_devices = tuple(next(layer.parameters()).device for layer in lm.model.model.layers)
+    assert lm._pool.layer_devices == layer_devices
+    assert [k.device for k in lm._pool.k] == list(layer_devices)
+    contexts = _tree()
+    assert _max_diff(lm, lm.model, contexts, together=True) <= TOL
