@@ -27,9 +27,8 @@ from llamppl.modeling import Model
 from llamppl.validation import check_positive_int
 from llamppl.weights import logsumexp
 
-from .particles import LMCounters, check_model, log_weights
+from .particles import LMCounters, check_model, log_weights, merge_duplicates
 from .result import SMCResult, StepRecord
-from .smc_steer import merge_duplicates
 
 __all__ = ["enumerate_exact"]
 

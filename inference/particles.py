@@ -15,9 +15,18 @@ import numpy as np
 
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
-from llamppl.weights import check_no_nan
+from llamppl.weights import check_no_nan, logsumexp
 
-__all__ = ["check_model", "step_all", "begin_all", "log_weights", "Progress", "LMCounters"]
+__all__ = [
+    "check_model",
+    "step_all",
+    "begin_all",
+    "log_weights",
+    "merge_duplicates",
+    "merge_counted",
+    "Progress",
+    "LMCounters",
+]
 
 
 def check_model(model: object) -> Model:
@@ -58,6 +67,34 @@ def log_weights(particles: list[Model]) -> np.ndarray:
     w = np.fromiter((p.weight for p in particles), dtype=np.float64, count=len(particles))
     check_no_nan(w, "particle log weights")
     return w
+
+
+def merge_counted(particles: list[Model], counts: list[int]) -> tuple[list[Model], list[int]]:
+    """Merge particles with equal ``(state_key(), finished)``: weights and ``counts`` are summed.
+
+    The first particle of each group stands for the group; ``counts[i]`` is how many
+    unmerged particles particle i already represents (its multiplicity).
+    """
+    merged: dict[object, int] = {}
+    out: list[Model] = []
+    out_counts: list[int] = []
+    for p, m in zip(particles, counts):
+        key = (p.state_key(), p.finished)
+        i = merged.get(key)
+        if i is None:
+            merged[key] = len(out)
+            out.append(p)
+            out_counts.append(m)
+        else:
+            q = out[i]
+            q.weight = logsumexp(np.array([q.weight, p.weight]))
+            out_counts[i] += m
+    return out, out_counts
+
+
+def merge_duplicates(particles: list[Model]) -> list[Model]:
+    """Merge particles with equal ``state_key()`` into one whose weight is their summed weight."""
+    return merge_counted(particles, [1] * len(particles))[0]
 
 
 class Progress:

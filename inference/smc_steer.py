@@ -1,17 +1,42 @@
 """``smc_steer``: SMC steering, Algorithm 1 of the LLaMPPL paper.
 
-Every step, each live particle is extended ``n_beam`` = K times (each child
-carrying weight w/K, finished particles carried once with weight w), identical
-candidates are merged (weights summed), and the N' candidates are down-sampled
-to N without replacement (Fearnhead & Clifford 2003) by :func:`steer_downsample`.
+The population is N *slots*. Every step each live slot is extended ``n_beam`` = K
+times (N·K proposals while N slots are live; finished particles are carried once
+with their weight); the candidates are down-sampled to N without replacement
+(Fearnhead & Clifford 2003) by :func:`steer_downsample`, and the loop repeats::
 
-Unbiasedness. Write ŵ_j for the candidates' weights and S = Σ_j ŵ_j, so that
-Ẑ = S / N. Choose c with Σ_j min(1, c ŵ_j) = N. Candidates with c ŵ_j >= 1 are
-kept with their weight; each other candidate is kept with probability c ŵ_j
-(one stratified pass, so exactly N − |I_det| are kept and none twice) and given
-weight 1/c. Then E[new weight of j] = c ŵ_j · 1/c = ŵ_j for every j, so the new
-weights still sum to S in expectation and Ẑ = (1/N) Σ_i w_i stays unbiased. (In
-the paper's normalised notation the kept stochastic weight is W_tot / c.)
+    extend → reweight (merge identical candidates) → down-sample → history
+
+Unbiasedness of the down-sampling. Write ŵ_j for the candidates' weights and
+S = Σ_j ŵ_j, so that Ẑ = S / N. Choose c with Σ_j min(1, c ŵ_j) = N. Candidates
+with c ŵ_j >= 1 are kept with their weight; each other candidate is kept with
+probability c ŵ_j (one stratified pass, so exactly N − |I_det| are kept and none
+twice) and given weight 1/c. Then E[new weight of j] = c ŵ_j · 1/c = ŵ_j for
+every j, so Ẑ = (1/N) Σ_i w_i stays unbiased. (In the paper's normalised
+notation the kept stochastic weight is W_tot / c.)
+
+Merging identical candidates, with multiplicity. Candidates with equal
+``state_key()`` are merged into one (weights summed) before down-sampling, so the
+N survivors are distinct. Merging must not lose proposal effort: a merged
+particle carries ``count``, the number of unmerged candidates it stands for, and
+fills ``slots`` ∈ [1, count] of the N slots (:func:`allocate_slots`); next step
+it gets slots·K children of weight w/(slots·K) each. Why this is Algorithm 1
+without merging, statistically:
+
+1. Z stays unbiased. Splitting a weight w over M children, each w/M times its
+   own incremental weight, leaves E[Σ children] = w · E[G] for any M fixed before
+   the extension; summing weights of equal states changes no state's total.
+2. The effort is the same. m unmerged copies of one state, each extended K times,
+   draw m·K children i.i.d. from the same proposal (a step depends only on the
+   state); the merged particle filling m slots draws exactly those m·K children.
+   When the m copies carry equal weights — always at step one, where all N
+   clones are one state, and for every stochastically kept candidate (weight
+   1/c) — the children's states and weights have exactly the unmerged law. In
+   particular the first step makes N·K draws, not K.
+3. Slots are never invented: a state gets at most ``count`` slots, as many as
+   its unmerged copies could fill; spare slots (fewer than N distinct survivors)
+   go to the heaviest states per slot, where Algorithm 1's down-sampling would
+   also put repeated copies. With N distinct survivors every slot is one particle.
 
     result = await smc_steer(model, n_particles=8, n_beam=3, seed=0)
 """
@@ -27,10 +52,18 @@ from llamppl.rng import make_rng, using_rng
 from llamppl.validation import check_positive_int
 from llamppl.weights import ess, logsumexp
 
-from .particles import LMCounters, Progress, begin_all, check_model, log_weights, step_all
+from .particles import (
+    LMCounters,
+    Progress,
+    begin_all,
+    check_model,
+    log_weights,
+    merge_counted,
+    step_all,
+)
 from .result import SMCResult, StepRecord
 
-__all__ = ["smc_steer", "steer_downsample", "merge_duplicates"]
+__all__ = ["smc_steer", "steer_downsample", "allocate_slots"]
 
 
 def steer_downsample(
@@ -65,17 +98,31 @@ def steer_downsample(
     return indices, new_w
 
 
-def merge_duplicates(particles: list[Model]) -> list[Model]:
-    """Merge particles with equal ``state_key()`` into one whose weight is their summed weight."""
-    merged: dict[object, Model] = {}
-    for p in particles:
-        key = (p.state_key(), p.finished)
-        q = merged.get(key)
-        if q is None:
-            merged[key] = p
-        else:
-            q.weight = logsumexp(np.array([q.weight, p.weight]))
-    return list(merged.values())
+def allocate_slots(
+    log_weights: np.ndarray, counts: list[int], live: list[bool], n: int
+) -> list[int]:
+    """How many of the N slots each kept particle fills next step (it gets slots·K extensions).
+
+    A finished particle fills one slot. Every live particle gets one slot, then the
+    remaining ``n − len(kept)`` slots go one at a time to the live particle with the
+    largest weight per slot (D'Hondt), never beyond its ``counts`` (the number of
+    unmerged candidates it stands for, the most slots Algorithm 1 could give it).
+    """
+    slots = [1] * len(counts)
+    spare = n - len(counts)
+    if spare <= 0:
+        return slots
+    w = np.exp(log_weights - logsumexp(log_weights)) if len(counts) else np.zeros(0)
+    room = np.array([c - 1 if a else 0 for c, a in zip(counts, live)], dtype=np.int64)
+    per_slot = np.where(room > 0, w, -1.0)
+    for _ in range(spare):
+        i = int(np.argmax(per_slot))
+        if per_slot[i] < 0:
+            break
+        slots[i] += 1
+        room[i] -= 1
+        per_slot[i] = w[i] / slots[i] if room[i] > 0 else -1.0
+    return slots
 
 
 async def smc_steer(
@@ -85,11 +132,12 @@ async def smc_steer(
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
 ) -> SMCResult:
-    """SMC steering (LLaMPPL Algorithm 1): K = ``n_beam`` extensions per particle, down-sampled to N.
+    """SMC steering (LLaMPPL Algorithm 1): K = ``n_beam`` extensions per slot, down-sampled to N.
 
     Returns an ``SMCResult`` with ``log_ml = log (1/N) Σ_i w_i``, whose exponential Ẑ is an
     unbiased estimate of Z. The result holds N distinct particles whenever at least N distinct
-    extensions with positive weight exist.
+    extensions with positive weight exist. ``stats["proposals"]`` counts the extensions made
+    (N·K per step while N slots are live).
     """
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
@@ -98,40 +146,52 @@ async def smc_steer(
     counters = LMCounters(model)
     bar = Progress(progress, "smc_steer")
     history: list[StepRecord] = []
+    proposals = 0
     try:
         with using_rng(rng):
             particles = [model.clone() for _ in range(n)]
             await begin_all(particles)
-            particles = merge_duplicates(particles)
-            t = 0
+            particles, slots = merge_counted(particles, [1] * n)
             while not all(p.done_stepping() for p in particles):
-                candidates, extended = [], []
-                for p in particles:
+                # extend: a particle filling m slots gets m·K children of weight w/(m·K)
+                candidates, counts, extended = [], [], []
+                for p, m in zip(particles, slots):
                     if p.done_stepping():
                         candidates.append(p)
+                        counts.append(1)
                         continue
-                    children = [p] + [p.clone() for _ in range(k - 1)]
+                    children = [p] + [p.clone() for _ in range(m * k - 1)]
                     for c in children:
-                        c.weight -= math.log(k)
+                        c.weight -= math.log(m * k)
                     candidates += children
+                    counts += [1] * len(children)
                     extended += children
+                proposals += len(extended)
                 await step_all(extended)
-                candidates = merge_duplicates(candidates)
+                # reweight: identical candidates become one, with summed weight and count
+                candidates, counts = merge_counted(candidates, counts)
                 w = log_weights(candidates)
-                t += 1
+                # down-sample to at most N distinct candidates, then share out the N slots
                 keep, new_w = steer_downsample(w, n, rng)
                 particles = [candidates[i] for i in keep.tolist()]
                 for p, lw in zip(particles, new_w.tolist()):
                     p.weight = lw
+                live = [not p.done_stepping() for p in particles]
+                slots = allocate_slots(new_w, [counts[i] for i in keep.tolist()], live, n)
                 resampled = len(candidates) > len(keep)
-                log_ml = logsumexp(w) - math.log(n)
-                live = sum(not p.done_stepping() for p in particles)
                 history.append(
-                    StepRecord(t, ess(w), resampled, keep if resampled else None, log_ml, live)
+                    StepRecord(
+                        len(history) + 1,
+                        ess(w),
+                        resampled,
+                        keep if resampled else None,
+                        logsumexp(w) - math.log(n),
+                        sum(live),
+                    )
                 )
-                bar.update(candidates=len(candidates), live=live)
+                bar.update(candidates=len(candidates), live=sum(live))
     finally:
         bar.close()
     w = log_weights(particles)
-    stats = counters.finish(steps=len(history), n_particles=n, n_beam=k)
+    stats = counters.finish(steps=len(history), n_particles=n, n_beam=k, proposals=proposals)
     return SMCResult(particles, w, logsumexp(w) - math.log(n), history, stats, "smc_steer")
