@@ -24,7 +24,7 @@ standard deviation of π̂_s(x) over seeds; a miss has probability ≈ 6e-5 per 
 TV(P̄, π) ≤ κ C / N + ½ Σ_x 4 σ̂_x / √S.
 
 The old smc_steer (merging, one particle at step one) fails the bias and variance checks:
-measured on "condition" β̂ = 0.145 against κC/N ≈ 0.035, Var(Ẑ)/Z² = 0.054 against 0.006.
+measured on "condition" β̂ = 0.145 against κC/N = 0.034, Var(Ẑ)/Z² = 0.054 against 0.006; on "observe" β̂ = 0.25 against 0.061.
 """
 
 import math
