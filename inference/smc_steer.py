@@ -110,9 +110,9 @@ def allocate_slots(
     """
     slots = [1] * len(counts)
     spare = n - len(counts)
-    if spare <= 0:
+    if spare <= 0 or not any(live):
         return slots
-    w = np.exp(log_weights - logsumexp(log_weights)) if len(counts) else np.zeros(0)
+    w = np.exp(log_weights - logsumexp(log_weights))
     room = np.array([c - 1 if a else 0 for c, a in zip(counts, live)], dtype=np.int64)
     per_slot = np.where(room > 0, w, -1.0)
     for _ in range(spare):
