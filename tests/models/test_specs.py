@@ -268,7 +268,7 @@ def test_beam_search_keeps_top_rewards():
     out = run(beam_search(lm, reward, PROMPT, beam_width=2, block=1, max_tokens=3, seed=0,
                           expansions=3))  # fmt: skip
     assert len(out.steps) == 3
-    for i, step in enumerate(out.steps):
+    for step in out.steps:
         assert len(step.rewards) == 6  # two beams (two empty ones at first), expanded 3 times
         assert sorted(step.rewards, reverse=True)[:2] == [step.rewards[k] for k in step.kept]
         assert step.forwards == 1  # all beams' candidates in one batched call
