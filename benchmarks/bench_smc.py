@@ -20,6 +20,7 @@ import sys
 import time
 
 import torch
+from _args import nonnegative_int, positive_int  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from llamppl.inference import smc_standard, smc_steer  # noqa: E402
@@ -111,11 +112,11 @@ def time_smc(lm, algorithm, n: int, k: int, n_tokens: int, seed: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--particles", type=int, nargs="+", default=[8, 16])
-    parser.add_argument("--beam", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=30)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument("--particles", type=positive_int, nargs="+", default=[8, 16])
+    parser.add_argument("--beam", type=positive_int, default=3)
+    parser.add_argument("--tokens", type=positive_int, default=30)
+    parser.add_argument("--seed", type=nonnegative_int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, threads = {torch.get_num_threads()}")
