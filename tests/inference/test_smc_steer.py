@@ -120,3 +120,15 @@ def test_first_step_covers_every_likely_first_token():
         drawn = {int(p.context.generated[0]) for p in result.particles}
         failures += not set(heavy) <= drawn
     assert failures <= allowed, (failures, allowed)
+
+
+def test_allocate_slots_shares_spare_slots_by_weight_within_counts():
+    from llamppl.inference.smc_steer import allocate_slots
+
+    log_w = np.log(np.array([0.6, 0.3, 0.1]))
+    # 3 survivors, N = 8: 5 spare slots; the finished one (index 2) keeps a single slot
+    assert allocate_slots(log_w, [10, 10, 10], [True, True, False], 8) == [5, 2, 1]
+    # no state gets more slots than the unmerged candidates it stands for
+    assert allocate_slots(log_w, [2, 10, 10], [True, True, True], 8) == [2, 4, 2]
+    # N distinct survivors: one slot each
+    assert allocate_slots(log_w, [9, 9, 9], [True, True, True], 3) == [1, 1, 1]
