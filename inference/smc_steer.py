@@ -35,8 +35,9 @@ without merging, statistically:
    particular the first step makes N·K draws, not K.
 3. Slots are never invented: a state gets at most ``count`` slots, as many as
    its unmerged copies could fill; spare slots (fewer than N distinct survivors)
-   go to the heaviest states per slot, where Algorithm 1's down-sampling would
-   also put repeated copies. With N distinct survivors every slot is one particle.
+   go to the heaviest states per slot, the states of which Algorithm 1 would most
+   likely keep several unmerged copies. With N distinct survivors every slot is
+   one particle, as in Algorithm 1.
 
     result = await smc_steer(model, n_particles=8, n_beam=3, seed=0)
 """
