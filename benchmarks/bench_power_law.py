@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 import torch
+from _args import positive_int  # noqa: E402
 from llamppl.models import PowerLawSampler
 from llamppl.models.power_law import _inverse_cdf
 
@@ -78,21 +79,25 @@ def bench(vocab: int, batch: int, rounds: int, k: int, seed: int = 0) -> dict[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--vocab", type=int, default=49152, help="vocabulary size V (default 49152)"
+        "--vocab", type=positive_int, default=49152, help="vocabulary size V (default 49152)"
     )
     parser.add_argument(
-        "--batch", type=int, nargs="+", default=[1, 16], help="batch sizes (default 1 16)"
+        "--batch", type=positive_int, nargs="+", default=[1, 16], help="batch sizes (default 1 16)"
     )
     parser.add_argument(
         "--rounds",
-        type=int,
+        type=positive_int,
         default=30,
         help="round-robin rounds of 10 timed steps per method (default 30)",
     )
-    parser.add_argument("--k", type=int, default=50, help="k of the top-k baseline (default 50)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument(
+        "--k", type=positive_int, default=50, help="k of the top-k baseline (default 50)"
+    )
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
     parser.add_argument("--fast", action="store_true", help="tiny run for a smoke test")
     args = parser.parse_args()
+    if args.k > args.vocab:
+        parser.error(f"--k must be at most --vocab ({args.vocab}), got {args.k}")
     if args.fast:
         args.rounds = 1
     torch.set_num_threads(args.threads)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _args import positive_int  # noqa: E402
 from llamppl.inference import smc_steer
 from llamppl.models import PromptIntersection
 
@@ -139,11 +140,11 @@ def plot(results: dict, particles: list[int], path: Path, beam: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 runs, N in {1, 2}, 6 tokens")
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--particles", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--beam", type=int, default=3, help="K, extensions per particle")
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--runs", type=positive_int, default=10)
+    parser.add_argument("--particles", type=positive_int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--beam", type=positive_int, default=3, help="K, extensions per particle")
+    parser.add_argument("--max-tokens", type=positive_int, default=16)
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads")
     parser.add_argument("--out", type=Path, default=OUT, help="output directory")
     args = parser.parse_args()
     if args.quick:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _args import nonnegative_int, positive_int  # noqa: E402
 from llamppl.models import low_temperature_decode, mh_power_sampling, power_smc
 
 from llamppl import CachedCausalLM, run
@@ -181,17 +182,23 @@ def plot(table: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n-questions", type=int, default=50)
-    parser.add_argument("--max-tokens", type=int, default=48, help="T_max, tokens per output")
-    parser.add_argument("--alpha", type=float, default=4.0)
-    parser.add_argument("--particles", type=int, nargs="+", default=[8, 16])
-    parser.add_argument("--ramp-tokens", type=int, default=8, help="α-ramp length for power_smc")
+    parser.add_argument("--n-questions", type=positive_int, default=50)
     parser.add_argument(
-        "--mh-blocks", type=int, default=16, help="K; MH block size B = ceil(T_max / K)"
+        "--max-tokens", type=positive_int, default=48, help="T_max, tokens per output"
     )
-    parser.add_argument("--mh-steps", type=int, default=10, help="M, MH moves per block")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--alpha", type=float, default=4.0)
+    parser.add_argument("--particles", type=positive_int, nargs="+", default=[8, 16])
+    parser.add_argument(
+        "--ramp-tokens", type=nonnegative_int, default=8, help="α-ramp length for power_smc"
+    )
+    parser.add_argument(
+        "--mh-blocks", type=positive_int, default=16, help="K; MH block size B = ceil(T_max / K)"
+    )
+    parser.add_argument(
+        "--mh-steps", type=nonnegative_int, default=10, help="M, MH moves per block"
+    )
+    parser.add_argument("--seed", type=nonnegative_int, default=0)
+    parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument(
         "--summarise",

@@ -27,7 +27,7 @@ from llamppl.modeling import Model
 from llamppl.validation import check_positive_int
 from llamppl.weights import logsumexp
 
-from .particles import LMCounters, check_model, log_weights, merge_identical
+from .particles import LMCounters, check_model, log_weights, merge_duplicates
 from .result import SMCResult, StepRecord
 
 __all__ = ["enumerate_exact"]
@@ -96,7 +96,7 @@ async def enumerate_exact(model: Model, max_steps: int | None = None) -> SMCResu
     history: list[StepRecord] = []
     t = 0
     while True:
-        frontier, _ = merge_identical(frontier)
+        frontier = merge_duplicates(frontier)
         finals += [p for p in frontier if p.done_stepping() and p.weight > -math.inf]
         frontier = [p for p in frontier if not p.done_stepping()]
         if not frontier:
@@ -115,7 +115,7 @@ async def enumerate_exact(model: Model, max_steps: int | None = None) -> SMCResu
         frontier = new
         t += 1
         history.append(StepRecord(t, float("nan"), False, None, float("nan"), len(frontier)))
-    finals, _ = merge_identical(finals)
+    finals = merge_duplicates(finals)
     w = log_weights(finals) if finals else np.zeros(0)
     return SMCResult(
         finals,

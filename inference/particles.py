@@ -15,14 +15,15 @@ import numpy as np
 
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
-from llamppl.weights import check_no_nan
+from llamppl.weights import check_no_nan, logsumexp
 
 __all__ = [
     "check_model",
     "step_all",
     "begin_all",
     "log_weights",
-    "merge_identical",
+    "merge_duplicates",
+    "merge_counted",
     "Progress",
     "LMCounters",
 ]
@@ -68,31 +69,32 @@ def log_weights(particles: list[Model]) -> np.ndarray:
     return w
 
 
-def merge_identical(
-    particles: list[Model], counts: np.ndarray | None = None
-) -> tuple[list[Model], np.ndarray]:
-    """Combine particles with equal ``(state_key(), finished)`` into one per state.
+def merge_counted(particles: list[Model], counts: list[int]) -> tuple[list[Model], list[int]]:
+    """Merge particles with equal ``(state_key(), finished)``: weights and ``counts`` are summed.
 
-    The survivor's weight is the log of the summed weights; its multiplicity is
-    the summed ``counts`` (default one per particle). Order of first appearance
-    is kept. Returns ``(particles, multiplicities)``.
+    The first particle of each group stands for the group; ``counts[i]`` is how many
+    unmerged particles particle i already represents (its multiplicity).
     """
-    counts = np.ones(len(particles), dtype=np.int64) if counts is None else np.asarray(counts)
-    index: dict[object, int] = {}
-    merged: list[Model] = []
-    mult: list[int] = []
-    for p, c in zip(particles, counts.tolist()):
+    merged: dict[object, int] = {}
+    out: list[Model] = []
+    out_counts: list[int] = []
+    for p, m in zip(particles, counts):
         key = (p.state_key(), p.finished)
-        j = index.get(key)
-        if j is None:
-            index[key] = len(merged)
-            merged.append(p)
-            mult.append(c)
+        i = merged.get(key)
+        if i is None:
+            merged[key] = len(out)
+            out.append(p)
+            out_counts.append(m)
         else:
-            q = merged[j]
-            q.weight = float(np.logaddexp(q.weight, p.weight))
-            mult[j] += c
-    return merged, np.array(mult, dtype=np.int64)
+            q = out[i]
+            q.weight = logsumexp(np.array([q.weight, p.weight]))
+            out_counts[i] += m
+    return out, out_counts
+
+
+def merge_duplicates(particles: list[Model]) -> list[Model]:
+    """Merge particles with equal ``state_key()`` into one whose weight is their summed weight."""
+    return merge_counted(particles, [1] * len(particles))[0]
 
 
 class Progress:

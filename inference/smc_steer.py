@@ -1,52 +1,43 @@
 """``smc_steer``: SMC steering, Algorithm 1 of the LLaMPPL paper.
 
-Each step has three parts.
+The population is N *slots*. Every step each live slot is extended ``n_beam`` = K
+times (N·K proposals while N slots are live; finished particles are carried once
+with their weight); the candidates are down-sampled to N without replacement
+(Fearnhead & Clifford 2003) by :func:`steer_downsample`, and the loop repeats::
 
-1. **Extend.** The N population slots are shared out among the live
-   particles, and a particle holding s slots is extended s·K times
-   (K = ``n_beam``). Each child carries weight W/(s·K). A finished particle
-   is carried over once with its weight W. While N particles are live this
-   is N·K proposals, exactly as in Algorithm 1 (lines 8–15).
-2. **Merge.** Candidates with equal ``state_key()`` are combined into one
-   candidate. Its weight is the sum of their weights, and its multiplicity
-   is the number of children it stands for.
-3. **Down-sample.** :func:`steer_downsample` reduces the candidates to at
-   most N without replacement (Fearnhead & Clifford 2003), with weights
-   unbiased per candidate (lines 18–30). When N or more distinct candidates
-   exist, each survivor holds one slot at the next step. When fewer exist,
-   all are kept and the N slots are split among the live ones in proportion
-   to their multiplicities (see :func:`allocate_slots`).
+    extend → reweight (merge identical candidates) → down-sample → history
 
-Why merging keeps the algorithm exact. Write the population as weighted
-states {(x_j, W_j)} with Ẑ = Σ_j W_j / N. Every estimate the algorithm makes,
-E[Σ_j W_j f(x_j)] = Z·E_π[f] with Ẑ unbiased, depends on the population only
-through the weighted empirical measure Σ_j W_j δ_{x_j}. Two particles in the
-same state x with weights W_1 and W_2 give the same measure as one particle
-(x, W_1 + W_2). Merging therefore changes no expectation. It is also
-essential, not just an optimisation: the down-sampler keeps each candidate
-at most once, so N distinct states come back whenever N distinct
-extensions exist.
+Unbiasedness of the down-sampling. Write ŵ_j for the candidates' weights and
+S = Σ_j ŵ_j, so that Ẑ = S / N. Choose c with Σ_j min(1, c ŵ_j) = N. Candidates
+with c ŵ_j >= 1 are kept with their weight; each other candidate is kept with
+probability c ŵ_j (one stratified pass, so exactly N − |I_det| are kept and none
+twice) and given weight 1/c. Then E[new weight of j] = c ŵ_j · 1/c = ŵ_j for
+every j, so Ẑ = (1/N) Σ_i w_i stays unbiased. (In the paper's normalised
+notation the kept stochastic weight is W_tot / c.)
 
-Merging must not reduce the sampling effort. The earlier version merged
-and then extended a merged particle only K times. At the first step all N
-clones are one state, so that version drew only K first tokens in total.
-Here the extension budget is slots, not particles. The N slots always go to
-the live particles, so every step draws N·K proposals (fewer only once
-particles finish). A particle's weight is split evenly over its s·K
-children, so E[Σ children weights · G_t] = W·E[G_t | x]. Extension is
-therefore unbiased for any allocation that depends only on the past. The
-allocation follows multiplicities, so that a state reached by m children
-gets about m times the proposals: the share it would have had without
-merging.
+Merging identical candidates, with multiplicity. Candidates with equal
+``state_key()`` are merged into one (weights summed) before down-sampling, so the
+N survivors are distinct. Merging must not lose proposal effort: a merged
+particle carries ``count``, the number of unmerged candidates it stands for, and
+fills ``slots`` ∈ [1, count] of the N slots (:func:`allocate_slots`); next step
+it gets slots·K children of weight w/(slots·K) each. Why this is Algorithm 1
+without merging, statistically:
 
-Why down-sampling is unbiased. Write ŵ_j for the candidates' weights and
-S = Σ_j ŵ_j, so Ẑ = S/N. Choose c with Σ_j min(1, c ŵ_j) = N. A candidate
-with c ŵ_j ≥ 1 is kept with its own weight. Every other candidate is kept
-with probability c ŵ_j and then given weight 1/c. The draw is one
-stratified pass, so exactly N − |I_det| are kept and none twice. Then
-E[new weight of j] = c ŵ_j · 1/c = ŵ_j for every j, and Ẑ stays unbiased.
-(In the paper's normalised notation the kept stochastic weight is W_tot/c,
-line 30.)
+1. Z stays unbiased. Splitting a weight w over M children, each w/M times its
+   own incremental weight, leaves E[Σ children] = w · E[G] for any M fixed before
+   the extension; summing weights of equal states changes no state's total.
+2. The effort is the same. m unmerged copies of one state, each extended K times,
+   draw m·K children i.i.d. from the same proposal (a step depends only on the
+   state); the merged particle filling m slots draws exactly those m·K children.
+   When the m copies carry equal weights — always at step one, where all N
+   clones are one state, and for every stochastically kept candidate (weight
+   1/c) — the children's states and weights have exactly the unmerged law. In
+   particular the first step makes N·K draws, not K.
+3. Slots are never invented: a state gets at most ``count`` slots, as many as
+   its unmerged copies could fill; spare slots (fewer than N distinct survivors)
+   go to the heaviest states per slot, the states of which Algorithm 1 would most
+   likely keep several unmerged copies. With N distinct survivors every slot is
+   one particle, as in Algorithm 1.
 
     result = await smc_steer(model, n_particles=8, n_beam=3, seed=0)
 """
@@ -68,12 +59,12 @@ from .particles import (
     begin_all,
     check_model,
     log_weights,
-    merge_identical,
+    merge_counted,
     step_all,
 )
 from .result import SMCResult, StepRecord
 
-__all__ = ["smc_steer", "steer_downsample", "allocate_slots", "merge_duplicates"]
+__all__ = ["smc_steer", "steer_downsample", "allocate_slots"]
 
 
 def steer_downsample(
@@ -108,59 +99,30 @@ def steer_downsample(
     return indices, new_w
 
 
-def allocate_slots(multiplicities: np.ndarray, n_slots: int) -> np.ndarray:
-    """Share ``n_slots`` extension slots among particles: one each, the rest in proportion to multiplicity.
+def allocate_slots(
+    log_weights: np.ndarray, counts: list[int], live: list[bool], n: int
+) -> list[int]:
+    """How many of the N slots each kept particle fills next step (it gets slots·K extensions).
 
-    Largest-remainder rounding, ties to the lower index, so the allocation is a
-    deterministic function of the multiplicities (any such rule keeps Ẑ unbiased;
-    see the module docstring).
+    A finished particle fills one slot. Every live particle gets one slot, then the
+    remaining ``n − len(kept)`` slots go one at a time to the live particle with the
+    largest weight per slot (D'Hondt), never beyond its ``counts`` (the number of
+    unmerged candidates it stands for, the most slots Algorithm 1 could give it).
     """
-    m = np.asarray(multiplicities, dtype=np.float64)
-    if m.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if n_slots < m.size:
-        raise ValueError(
-            f"n_slots must be at least the number of particles ({m.size}), got {n_slots}"
-        )
-    extra = n_slots - m.size
-    share = extra * m / m.sum()
-    slots = np.floor(share).astype(np.int64)
-    remainder = share - slots
-    slots[np.argsort(-remainder, kind="stable")[: extra - int(slots.sum())]] += 1
-    return slots + 1
-
-
-def merge_duplicates(particles: list[Model]) -> list[Model]:
-    """Merge particles with equal state into one carrying their summed weight."""
-    return merge_identical(particles)[0]
-
-
-def _extend(particles: list[Model], slots: np.ndarray, k: int) -> tuple[list[Model], list[Model]]:
-    """Line 8–15 of Algorithm 1: s·K children per live particle holding s slots, weight W/(s·K) each.
-
-    Returns ``(candidates, children)``: the candidates include finished particles, carried once.
-    """
-    candidates: list[Model] = []
-    children: list[Model] = []
-    for p, s in zip(particles, slots.tolist()):
-        if p.done_stepping():
-            candidates.append(p)
-            continue
-        m = s * k
-        family = [p] + [p.clone() for _ in range(m - 1)]
-        for c in family:
-            c.weight -= math.log(m)
-        candidates += family
-        children += family
-    return candidates, children
-
-
-def _slots_for(particles: list[Model], multiplicities: np.ndarray, n: int) -> np.ndarray:
-    """The N population slots: one per finished particle, the rest shared among live ones."""
-    live = np.array([not p.done_stepping() for p in particles], dtype=bool)
-    slots = np.zeros(len(particles), dtype=np.int64)
-    if live.any():
-        slots[live] = allocate_slots(multiplicities[live], n - int((~live).sum()))
+    slots = [1] * len(counts)
+    spare = n - len(counts)
+    if spare <= 0 or not any(live):
+        return slots
+    w = np.exp(log_weights - logsumexp(log_weights))
+    room = np.array([c - 1 if a else 0 for c, a in zip(counts, live)], dtype=np.int64)
+    per_slot = np.where(room > 0, w, -1.0)
+    for _ in range(spare):
+        i = int(np.argmax(per_slot))
+        if per_slot[i] < 0:
+            break
+        slots[i] += 1
+        room[i] -= 1
+        per_slot[i] = w[i] / slots[i] if room[i] > 0 else -1.0
     return slots
 
 
@@ -171,11 +133,12 @@ async def smc_steer(
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
 ) -> SMCResult:
-    """SMC steering (LLaMPPL Algorithm 1): N·K extensions per step, down-sampled to N distinct particles.
+    """SMC steering (LLaMPPL Algorithm 1): K = ``n_beam`` extensions per slot, down-sampled to N.
 
     Returns an ``SMCResult`` with ``log_ml = log (1/N) Σ_i w_i``, whose exponential Ẑ is an
     unbiased estimate of Z. The result holds N distinct particles whenever at least N distinct
-    extensions with positive weight exist.
+    extensions with positive weight exist. ``stats["proposals"]`` counts the extensions made
+    (N·K per step while N slots are live).
     """
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
@@ -184,32 +147,52 @@ async def smc_steer(
     counters = LMCounters(model)
     bar = Progress(progress, "smc_steer")
     history: list[StepRecord] = []
+    proposals = 0
     try:
         with using_rng(rng):
             particles = [model.clone() for _ in range(n)]
             await begin_all(particles)
-            particles, mult = merge_identical(particles)
-            t = 0
+            particles, slots = merge_counted(particles, [1] * n)
             while not all(p.done_stepping() for p in particles):
-                slots = _slots_for(particles, mult, n)
-                candidates, children = _extend(particles, slots, k)
-                await step_all(children)
-                candidates, mult = merge_identical(candidates)
+                # extend: a particle filling m slots gets m·K children of weight w/(m·K)
+                candidates, counts, extended = [], [], []
+                for p, m in zip(particles, slots):
+                    if p.done_stepping():
+                        candidates.append(p)
+                        counts.append(1)
+                        continue
+                    children = [p] + [p.clone() for _ in range(m * k - 1)]
+                    for c in children:
+                        c.weight -= math.log(m * k)
+                    candidates += children
+                    counts += [1] * len(children)
+                    extended += children
+                proposals += len(extended)
+                await step_all(extended)
+                # reweight: identical candidates become one, with summed weight and count
+                candidates, counts = merge_counted(candidates, counts)
                 w = log_weights(candidates)
-                t += 1
+                # down-sample to at most N distinct candidates, then share out the N slots
                 keep, new_w = steer_downsample(w, n, rng)
-                particles, mult = [candidates[i] for i in keep.tolist()], mult[keep]
+                particles = [candidates[i] for i in keep.tolist()]
                 for p, lw in zip(particles, new_w.tolist()):
                     p.weight = lw
+                live = [not p.done_stepping() for p in particles]
+                slots = allocate_slots(new_w, [counts[i] for i in keep.tolist()], live, n)
                 resampled = len(candidates) > len(keep)
-                log_ml = logsumexp(w) - math.log(n)
-                live = sum(not p.done_stepping() for p in particles)
                 history.append(
-                    StepRecord(t, ess(w), resampled, keep if resampled else None, log_ml, live)
+                    StepRecord(
+                        len(history) + 1,
+                        ess(w),
+                        resampled,
+                        keep if resampled else None,
+                        logsumexp(w) - math.log(n),
+                        sum(live),
+                    )
                 )
-                bar.update(proposals=len(children), candidates=len(candidates), live=live)
+                bar.update(candidates=len(candidates), live=sum(live))
     finally:
         bar.close()
     w = log_weights(particles)
-    stats = counters.finish(steps=len(history), n_particles=n, n_beam=k)
+    stats = counters.finish(steps=len(history), n_particles=n, n_beam=k, proposals=proposals)
     return SMCResult(particles, w, logsumexp(w) - math.log(n), history, stats, "smc_steer")

@@ -349,7 +349,10 @@ async def beam_search(
 ) -> BeamSearchResult:
     """Block-wise beam search with a process reward (the BS-B / BS-S baseline of SPECS §4).
 
-    Start from one empty beam. Each iteration, every unfinished beam is extended by
+    Start from ``beam_width`` copies of the empty beam, so the first iteration draws
+    ``beam_width`` · ``expansions`` blocks from the prompt like every later one (one
+    empty beam would sample ``beam_width`` times fewer first blocks and start the search
+    from less). Each iteration, every unfinished beam is extended by
     ``expansions`` (default ``beam_width``) blocks sampled i.i.d. from ``lm`` at
     temperature 1 (``block`` tokens, fewer at EOS or the ``max_tokens`` budget); all
     these candidates are decoded together (one batched call per token). The pool is
@@ -374,7 +377,7 @@ async def beam_search(
     def ended(toks: list[int]) -> bool:
         return bool(toks) and (toks[-1] == eos or len(toks) >= max_tokens)
 
-    beams: list[tuple[list[int], float]] = [([], -math.inf)]
+    beams: list[tuple[list[int], float]] = [([], -math.inf)] * beam_width
     out = BeamSearchResult("", [], math.nan)
     with using_rng(rng):
         while not all(ended(b) for b, _ in beams):

@@ -4,9 +4,10 @@ import math
 
 import numpy as np
 import pytest
-from llamppl.inference import smc_steer, steer_downsample
+from llamppl.inference import enumerate_exact, smc_steer, steer_downsample
+from programs import ConditionProgram, toy_lm
 
-from llamppl import FunctionLM, LMContext, Model, run
+from llamppl import Bernoulli, FunctionLM, LMContext, Model, run
 
 
 def test_downsample_is_unbiased_per_candidate():
@@ -41,110 +42,93 @@ class Wide(Model):
             self.finish()
 
 
-@pytest.mark.parametrize("n, k", [(8, 3), (16, 2), (32, 2)])
-def test_returns_n_distinct_particles(n, k):
-    """216 reachable outputs > N: the population is N distinct particles.
-
-    With the old merge-then-extend-K-times rule this failed for (16, 2): one
-    root, then 2, 4 and at most 8 distinct particles after three steps.
-    """
+def test_returns_n_distinct_particles():
     lm = FunctionLM(list("abcdef"), 5, lambda ctx: [0.0] * 6)
-    for seed in range(10):
-        result = run(smc_steer(Wide(lm), n, k, seed=seed))
+    for seed in range(5):
+        result = run(smc_steer(Wide(lm), 8, 3, seed=seed))
         texts = [str(p.context) for p in result.particles]
-        assert len(texts) == n and len(set(texts)) == n
+        assert len(texts) == 8 and len(set(texts)) == 8
         assert math.exp(result.log_ml) == pytest.approx(
             1.0
         )  # uniform LM, no constraint: Z = 1 exactly
 
 
-FIRST_LOGITS = [0.4, 0.2, -0.3, -0.05, -2.5]  # probabilities 0.331, 0.271, 0.164, 0.214, 0.020
+def test_every_step_makes_n_times_k_proposals():
+    """Wide never finishes early and has 216 > N·K outputs: N·K extensions at every one of its 3 steps."""
+    lm = FunctionLM(list("abcdef"), 5, lambda ctx: [0.0] * 6)
+    for n, k in [(8, 3), (5, 1), (1, 4)]:
+        result = run(smc_steer(Wide(lm), n, k, seed=1))
+        assert result.stats["proposals"] == 3 * n * k
+
+
+def test_distinct_particles_reach_n_on_condition_program():
+    """ConditionProgram has 32 reachable outputs; N = 8 and 16 must come back as N distinct particles."""
+    lm = toy_lm()
+    for n in (8, 16):
+        for seed in range(10):
+            result = run(smc_steer(ConditionProgram(lm), n, 3, seed=seed))
+            keys = [p.string_for_serialization() for p in result.particles]
+            assert len(keys) == len(set(keys)) == n
+
+
+FIRST = [1.2, 1.0, 0.8, 0.6, -0.6, -1.2, -1.6]  # logits of 7 first tokens, token 6 = EOS
+LIKELIHOOD = [0.6, 0.5, 0.7, 0.8, 0.9, 0.5, 0.3]  # P(observation | first token)
 
 
 class FirstToken(Model):
-    """One step: the population after it is the first-token population of any longer program."""
+    """One step: a first token from FIRST, then an observation with likelihood LIKELIHOOD[token]."""
 
     def __init__(self, lm):
         super().__init__()
         self.context = LMContext(lm, [0])
 
     async def step(self):
-        await self.sample(self.context.next_token())
+        token = await self.sample(self.context.next_token())
+        await self.observe(Bernoulli(LIKELIHOOD[int(token)]), True)
         self.finish()
 
 
-def _coverage_probability(p: list[float], draws: int) -> float:
-    """P(each token of ``p`` appears among ``draws`` i.i.d. draws), by inclusion–exclusion."""
-    from itertools import combinations
+def test_first_step_covers_every_likely_first_token():
+    """With N·K = 32 draws at step one, every first token of exact posterior mass ≥ 0.1 appears.
 
-    total = 0.0
-    for r in range(len(p) + 1):
-        for subset in combinations(p, r):
-            total += (-1) ** r * (1 - sum(subset)) ** draws
-    return total
+    Each of the N·K first-step children draws its token i.i.d. from q, so a token of proposal
+    mass q_t is missed with probability (1 − q_t)^{NK}; a seed misses some heavy token with
+    probability δ ≤ Σ_t (1 − q_t)^{NK} (union bound over the heavy tokens). The 7 first tokens
+    are at most N = 16, so the down-sampling keeps every drawn token. Over S seeds the number
+    of failing seeds is dominated by Binomial(S, δ); we allow ⌊0.05 S⌋ failures and assert
+    that a correct sampler fails this with probability P(Bin(S, δ) > ⌊0.05 S⌋) < 1e-6.
 
-
-def _binomial_lower_quantile(n: int, q: float, alpha: float) -> int:
-    """Largest c with P(Binomial(n, q) < c) <= alpha."""
-    cdf, c = 0.0, 0
-    while c <= n:
-        pmf = math.comb(n, c) * q**c * (1 - q) ** (n - c)
-        if cdf + pmf > alpha:
-            return c
-        cdf += pmf
-        c += 1
-    return n
-
-
-@pytest.mark.parametrize("n, k", [(10, 3), (30, 1), (15, 2)])
-def test_first_step_covers_every_likely_first_token(n, k):
-    """N·K = 30 proposals at the first step: every first token of probability >= 0.1 is drawn.
-
-    The N·K draws are i.i.d. from p, and at most 5 <= N distinct candidates exist,
-    so the down-sampler keeps them all. Coverage is a Bernoulli(P_cov) event per
-    seed, P_cov from inclusion–exclusion (0.993 here, so >= 95% as the issue asks).
-    Over 200 seeds the covered count is Binomial(200, P_cov); it must reach the
-    count below which a correct sampler falls with probability <= 1e-4. The old
-    algorithm drew K first tokens per run and covered all four in 0% of seeds for K < 4.
+    The old algorithm merged the N identical clones into one particle with K = 2 children, so
+    at most 2 distinct first tokens: with at least 3 heavy tokens (asserted) it failed every seed.
     """
-    vocab = ["a", "b", "c", ".", "d"]
-    lm = FunctionLM(vocab, 3, lambda ctx: FIRST_LOGITS)
-    p = np.exp(FIRST_LOGITS) / np.exp(FIRST_LOGITS).sum()
-    likely = [i for i in range(len(p)) if p[i] >= 0.1]
-    p_cov = _coverage_probability([p[i] for i in likely], n * k)
-    assert p_cov >= 0.95
-    seeds = 200
-    threshold = _binomial_lower_quantile(seeds, p_cov, 1e-4)
-    assert threshold >= 0.95 * seeds
-    covered = 0
+    lm = FunctionLM(list("abcdef."), 6, lambda ctx: FIRST)
+    n, k, seeds = 16, 2, 200
+    exact = run(enumerate_exact(FirstToken(lm))).posterior
+    q = np.exp(FIRST) / np.exp(FIRST).sum()
+    heavy = [t for t in range(7) if exact[str(FirstToken(lm).context) + lm.vocab[t]] >= 0.1]
+    assert len(heavy) >= 3 > k
+    delta = sum((1 - q[t]) ** (n * k) for t in heavy)
+    allowed = int(0.05 * seeds)
+    false_alarm = sum(
+        math.comb(seeds, j) * delta**j * (1 - delta) ** (seeds - j)
+        for j in range(allowed + 1, seeds + 1)
+    )
+    assert false_alarm < 1e-6, (delta, false_alarm)
+    failures = 0
     for seed in range(seeds):
         result = run(smc_steer(FirstToken(lm), n, k, seed=seed))
-        firsts = {p.context.generated[0] for p in result.particles}
-        covered += set(likely) <= firsts
-    assert covered >= threshold, (covered, threshold, p_cov)
+        drawn = {int(p.context.generated[0]) for p in result.particles}
+        failures += not set(heavy) <= drawn
+    assert failures <= allowed, (failures, allowed)
 
 
-def test_slots_follow_multiplicity_and_fill_the_population():
+def test_allocate_slots_shares_spare_slots_by_weight_within_counts():
     from llamppl.inference.smc_steer import allocate_slots
 
-    assert allocate_slots(np.array([5]), 8).tolist() == [8]
-    assert allocate_slots(np.array([6, 3, 2, 1]), 4).tolist() == [1, 1, 1, 1]
-    slots = allocate_slots(np.array([6, 3, 2, 1]), 16)
-    assert slots.sum() == 16 and slots.min() >= 1 and slots.tolist() == sorted(slots, reverse=True)
-    with pytest.raises(ValueError, match="n_slots"):
-        allocate_slots(np.array([1, 1, 1]), 2)
-
-
-def test_every_live_slot_is_extended_k_times():
-    """N·K proposals per step while N particles live: counted through the LM's requests."""
-    lm = FunctionLM(list("abcdef"), 5, lambda ctx: [0.0] * 6)
-    calls = []
-    original = lm.next_token_logprobs
-
-    async def counting(ids):
-        calls.append(tuple(ids))
-        return await original(ids)
-
-    lm.next_token_logprobs = counting
-    run(smc_steer(Wide(lm), 8, 3, seed=0))
-    assert len(calls) == 3 * 8 * 3  # 3 steps × N × K, the first step included
+    log_w = np.log(np.array([0.6, 0.3, 0.1]))
+    # 3 survivors, N = 8: 5 spare slots; the finished one (index 2) keeps a single slot
+    assert allocate_slots(log_w, [10, 10, 10], [True, True, False], 8) == [5, 2, 1]
+    # no state gets more slots than the unmerged candidates it stands for
+    assert allocate_slots(log_w, [2, 10, 10], [True, True, True], 8) == [2, 4, 2]
+    # N distinct survivors: one slot each
+    assert allocate_slots(log_w, [9, 9, 9], [True, True, True], 3) == [1, 1, 1]

@@ -268,8 +268,8 @@ def test_beam_search_keeps_top_rewards():
     out = run(beam_search(lm, reward, PROMPT, beam_width=2, block=1, max_tokens=3, seed=0,
                           expansions=3))  # fmt: skip
     assert len(out.steps) == 3
-    for i, step in enumerate(out.steps):
-        assert len(step.rewards) == (3 if i == 0 else 6)  # one beam, then two, expanded 3 times
+    for step in out.steps:
+        assert len(step.rewards) == 6  # two beams (two empty ones at first), expanded 3 times
         assert sorted(step.rewards, reverse=True)[:2] == [step.rewards[k] for k in step.kept]
         assert step.forwards == 1  # all beams' candidates in one batched call
     assert out.reward == max(out.steps[-1].rewards) == reward("a", out.text)
@@ -289,9 +289,10 @@ def test_beam_search_finished_beams_survive():
     kept first) while the other beam grows to max_tokens."""
     lm = FunctionLM(VOCAB, 2, lambda ctx: [0.0, 0.0, -1.5, NEG])
     reward = lambda p, t: 10.0 if t == "" else len(t)  # noqa: E731  (immediate EOS is best)
-    out = run(beam_search(lm, reward, PROMPT, 2, 1, 3, seed=0, expansions=8))
+    out = run(beam_search(lm, reward, PROMPT, 2, 1, 3, seed=0, expansions=4))
+    assert len(out.steps[0].rewards) == 8  # two empty beams, 4 expansions each
     assert out.steps[0].rewards.count(10.0) == 1  # this seed draws exactly one immediate EOS
-    assert [s.kept[0] for s in out.steps[1:]] == [8, 8]  # pool = 8 new candidates + the finished
+    assert [s.kept[0] for s in out.steps[1:]] == [4, 4]  # pool = 4 new candidates + the finished
     assert len(out.steps) == 3 and out.tokens == [2] and out.text == "" and out.reward == 10.0
 
 
