@@ -128,7 +128,9 @@ def _check_jobs(jobs: Sequence[Job]) -> list[Job]:
     jobs = list(jobs)
     for i, job in enumerate(jobs):
         if not isinstance(job, Job):
-            raise TypeError(f"jobs[{i}] must be a llamppl.distributed.Job, got {type(job).__name__}")
+            raise TypeError(
+                f"jobs[{i}] must be a llamppl.distributed.Job, got {type(job).__name__}"
+            )
         if not callable(job.make_model):
             raise TypeError(f"jobs[{i}].make_model must be callable")
         _resolve_algorithm(job.algorithm)

