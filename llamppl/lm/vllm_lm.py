@@ -328,6 +328,15 @@ class VLLMLM(LanguageModel):
         """Width of the log-prob vectors (the model's output dimension)."""
         return self._vocab_size
 
+    @property
+    def device(self) -> torch.device:
+        """Device of the returned log-probs: the engine's with ``capture="processor"``, else CPU."""
+        if self.capture == "logprobs":
+            return torch.device("cpu")
+        config = getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None)
+        dev = getattr(getattr(config, "device_config", None), "device", None)
+        return torch.device(dev) if dev is not None else torch.device("cpu")
+
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``, no special tokens added."""
         if not isinstance(text, str):

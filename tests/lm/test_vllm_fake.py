@@ -145,7 +145,7 @@ def test_logprobs_equal_the_model_and_concurrent_awaits_are_one_engine_call():
     rows = asyncio.run(go())
     assert engine.calls == [7]  # 9 awaits, 7 distinct contexts, one generate call
     for c, r in zip(contexts, rows):
-        assert r.dtype == torch.float32 and r.shape == (6,)
+        assert r.dtype == torch.float32 and r.shape == (6,) and r.device == lm.device
         assert torch.equal(r, engine.lm.logprobs(c).float())  # -inf entries stay -inf
     # vLLM's prefix cache served the first two blocks of six of the seven prompts but one
     assert lm.stats.requests == 7 and lm.stats.engine_calls == 1

@@ -76,7 +76,7 @@ def test_logprobs_match_cached_causal_lm(vlm, make_lm):
     got, want = gather(vlm, contexts), gather(hf, contexts)
     assert vlm.stats.engine_calls == 1 and vlm.batch_calls == 1
     for g, w in zip(got, want):
-        assert g.dtype == torch.float32 and g.shape == (vlm.vocab_size,)
+        assert g.dtype == torch.float32 and g.shape == (vlm.vocab_size,) and g.device == vlm.device
         assert (g - w).abs().max().item() < TOL
         # normalised: float32 log_softmax over 49,152 entries sums to 1 within ~1e-5 (measured 1.6e-5)
         assert abs(torch.logsumexp(g.double(), 0).item()) < 1e-4
