@@ -6,8 +6,9 @@
       engine calls (forwards / ``generate`` calls) and tokens computed, with ratios.
       Needs vLLM: run it from ``.venv-vllm`` (``bash scripts/setup-vllm.sh``).
 (ray) ``run_many`` throughput (jobs/minute, worker start-up included) for 1 vs 2 Ray
-      workers on the embedded model: 8 jobs of ``smc_standard`` on the quickstart model
-      (N=8, 12 tokens). Needs Ray: run it from ``.venv``.
+      workers on the embedded model: ``--jobs`` jobs of ``smc_standard`` on the quickstart
+      model (N=8, 12 tokens), and the mean time of one job inside its worker (it grows when
+      the workers compete for cores). Needs Ray: run it from ``.venv``.
 
 ::
 
@@ -90,7 +91,7 @@ def bench_ray(args: argparse.Namespace) -> None:
         f"run_many: {len(jobs)} jobs of smc_standard N=8, 12 tokens; "
         f"torch threads per worker 1 (driver {torch.get_num_threads()})"
     )
-    print(f"{'workers':>8} {'wall s':>8} {'jobs/min':>9} {'speedup':>8}")
+    print(f"{'workers':>8} {'wall s':>8} {'jobs/min':>9} {'speedup':>8} {'mean job s':>11}")
     base = None
     for n in (1, 2):
         t0 = time.perf_counter()
@@ -98,7 +99,8 @@ def bench_ray(args: argparse.Namespace) -> None:
         wall = time.perf_counter() - t0
         assert all(r.ok for r in results), [r.error for r in results if not r.ok]
         base = base or wall
-        print(f"{n:8d} {wall:8.2f} {60 * len(jobs) / wall:9.1f} {base / wall:8.2f}")
+        job_s = sum(r.time_s for r in results) / len(results)  # inside the worker
+        print(f"{n:8d} {wall:8.2f} {60 * len(jobs) / wall:9.1f} {base / wall:8.2f} {job_s:11.2f}")
     ray.shutdown()
 
 
