@@ -163,8 +163,10 @@ def _processor_class() -> type:
                     idx = torch.tensor(rows, device=logits.device)
                     logps = torch.log_softmax(logits.index_select(0, idx).float(), dim=-1)
                     with _CAPTURED_LOCK:
-                        for k, i in enumerate(rows):  # a later (complete) prefill step overwrites
-                            _CAPTURED[self.tags[i]] = logps[k]
+                        # A later (complete) prefill step overwrites. Each row is its own copy,
+                        # so a memoised row never keeps its whole batch alive.
+                        for k, i in enumerate(rows):
+                            _CAPTURED[self.tags[i]] = logps[k].clone()
             return logits
 
     return CaptureLogprobs
