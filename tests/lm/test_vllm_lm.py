@@ -112,3 +112,46 @@ def test_smc_standard_quickstart_one_engine_call_per_step(vlm):
     for p, w in zip(result.particles, result.weights):
         if w > 0:
             assert all(len(x) <= 5 for x in re.findall(r"[A-Za-z]+", str(p.context)))
+
+
+def test_capture_processor_follows_vllm_batch_updates():
+    """The logits processor keeps row -> tag through vLLM's removed / added / moved updates."""
+    from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
+
+    from llamppl.lm import vllm_lm
+
+    proc = vllm_lm._processor_class()(None, torch.device("cpu"), False)
+    tagged = lambda t: vllm.SamplingParams(extra_args={vllm_lm._TAG: t})  # noqa: E731
+    plain = vllm.SamplingParams()
+    proc.update_state(
+        BatchUpdate(
+            4,
+            [],
+            [
+                (0, tagged("a"), [1], []),
+                (1, plain, [1], []),
+                (2, tagged("b"), [1], []),
+                (3, tagged("c"), [1], []),
+            ],
+            [],
+        )
+    )
+    # row 1 finishes and row 3 moves into its place (condensing); rows 0 and 2 swap
+    proc.update_state(
+        BatchUpdate(
+            3,
+            [1],
+            [],
+            [(3, 1, MoveDirectionality.UNIDIRECTIONAL), (0, 2, MoveDirectionality.SWAP)],
+        )
+    )
+    proc.update_state(BatchUpdate(4, [], [(3, plain, [1], [])], []))  # untagged request in row 3
+    assert proc.tags == {0: "b", 1: "c", 2: "a"}
+    logits = torch.randn(4, 7)
+    assert proc.apply(logits) is logits  # logits pass through unchanged
+    try:
+        for row, tag in proc.tags.items():
+            assert torch.equal(vllm_lm._CAPTURED[tag], torch.log_softmax(logits[row], -1))
+    finally:
+        for tag in "abc":
+            vllm_lm._CAPTURED.pop(tag, None)
