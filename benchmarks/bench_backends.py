@@ -1,0 +1,131 @@
+"""LM backends and Ray fan-out on the quickstart task (not a test).
+
+(lm)  The quickstart task (examples/quickstart.py: "The Fed says", no word longer than
+      five letters, 30 tokens, ``smc_steer`` N=16, K=3, seed 0) through ``CachedCausalLM``
+      and through ``VLLMLM`` (both capture modes, one engine) in ONE process: wall time,
+      engine calls (forwards / ``generate`` calls) and tokens computed, with ratios.
+      Needs vLLM: run it from ``.venv-vllm`` (``bash scripts/setup-vllm.sh``).
+(ray) ``run_many`` throughput (jobs/minute, worker start-up included) for 1 vs 2 Ray
+      workers on the embedded model: ``--jobs`` jobs of ``smc_standard`` on the quickstart
+      model (N=8, 12 tokens), and the mean time of one job inside its worker (it grows when
+      the workers compete for cores). Needs Ray: run it from ``.venv``.
+
+::
+
+    .venv-vllm/bin/python benchmarks/bench_backends.py --part lm
+    .venv/bin/python benchmarks/bench_backends.py --part ray
+
+Threads: torch gets ``--threads`` (default 1); vLLM's CPU backend pins its own OpenMP
+threads, so ``VLLM_CPU_OMP_THREADS_BIND`` is set to the same number of cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+
+
+def bench_lm(args: argparse.Namespace) -> None:
+    import torch
+    from llamppl.inference import smc_steer
+    from quickstart import NoLongWords
+
+    from llamppl import CachedCausalLM, run
+    from llamppl.lm.embedded import converted_dir
+    from llamppl.lm.vllm_lm import VLLMLM
+
+    def quickstart(lm) -> tuple[float, dict]:
+        model = NoLongWords(lm, "The Fed says", 5, args.max_tokens)
+        t0 = time.perf_counter()
+        result = run(smc_steer(model, args.particles, args.beam, seed=0, progress=False))
+        return time.perf_counter() - t0, result.stats
+
+    hf = CachedCausalLM.default()
+    t0 = time.perf_counter()
+    vlm = VLLMLM.from_pretrained(converted_dir(), dtype="float32", max_model_len=512)
+    start = time.perf_counter() - t0
+    backends = [
+        ("CachedCausalLM (token trie)", lambda: CachedCausalLM(hf.model, hf.tokenizer)),
+        ("VLLMLM capture=processor", lambda: VLLMLM(vlm.llm, capture="processor")),
+        ("VLLMLM capture=logprobs", lambda: VLLMLM(vlm.llm, capture="logprobs")),
+    ]
+    quickstart(VLLMLM(vlm.llm))  # warm-up (first-call kernels), not timed
+    print(
+        f"quickstart smc_steer N={args.particles} K={args.beam}, {args.max_tokens} tokens; "
+        f"torch threads {torch.get_num_threads()}, vLLM start-up {start:.1f} s"
+    )
+    print(f"{'backend':30} {'wall s':>8} {'engine calls':>13} {'tokens':>8} {'wall/HF':>8}")
+    base = None
+    for name, make in backends:
+        lm = make()
+        if hasattr(lm, "clear_cache"):
+            lm.clear_cache()
+        wall, stats = quickstart(lm)
+        base = base or wall
+        print(
+            f"{name:30} {wall:8.2f} {stats['forward_calls']:13d} {stats['tokens_run']:8d} "
+            f"{wall / base:8.2f}"
+        )
+
+
+def bench_ray(args: argparse.Namespace) -> None:
+    import quickstart
+    import ray
+    import torch
+
+    from llamppl import CachedCausalLM
+    from llamppl.distributed import jobs_grid, run_many
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(quickstart)
+    make = functools.partial(quickstart.NoLongWords, max_letters=5, max_tokens=12)
+    jobs = jobs_grid(make, ["The Fed says"], seeds=range(args.jobs), n_particles=8)
+    print(
+        f"run_many: {len(jobs)} jobs of smc_standard N=8, 12 tokens; "
+        f"torch threads per worker 1 (driver {torch.get_num_threads()})"
+    )
+    print(f"{'workers':>8} {'wall s':>8} {'jobs/min':>9} {'speedup':>8} {'mean job s':>11}")
+    base = None
+    for n in (1, 2):
+        t0 = time.perf_counter()
+        results = run_many(jobs, CachedCausalLM.default, n_workers=n, progress=False)
+        wall = time.perf_counter() - t0
+        assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+        base = base or wall
+        job_s = sum(r.time_s for r in results) / len(results)  # inside the worker
+        print(f"{n:8d} {wall:8.2f} {60 * len(jobs) / wall:9.1f} {base / wall:8.2f} {job_s:11.2f}")
+    ray.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=["lm", "ray", "all"], default="all")
+    parser.add_argument("--particles", type=int, default=16)
+    parser.add_argument("--beam", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=30)
+    parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    for part, needs, fn in (("lm", "vllm", bench_lm), ("ray", "ray", bench_ray)):
+        if args.part in (part, "all"):
+            if importlib.util.find_spec(needs) is None:
+                print(f"[{part}] skipped: {needs} is not installed in this environment")
+            else:
+                fn(args)
+
+
+if __name__ == "__main__":
+    main()
