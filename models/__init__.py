@@ -36,3 +36,7 @@ __all__ = [
     "speculative_smc",
     "truncated_draft",
 ]
+from .grammar import GrammarConstraint, make_grammar  # noqa: E402
+from .grammar_engine import Grammar  # noqa: E402
+
+__all__ += ["GrammarConstraint", "Grammar", "make_grammar"]
