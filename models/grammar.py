@@ -24,8 +24,11 @@ formulations of the LLaMPPL paper (§2.2, as in
 Both give the same posterior and the same Z (M'_t G'_t = M_t G_t token by
 token). The mask 1_C(s w) over the whole vocabulary comes from llguidance; EOS is
 allowed exactly when the matcher accepts. The masks of all particles in a step
-are computed together by :class:`~llamppl.models.grammar_engine.MaskBatcher` and
-used through :meth:`llamppl.LMContext.mask_dist`.
+are computed and applied together by
+:class:`~llamppl.models.grammar_engine.MaskBatcher` (one llguidance call, one
+multiplication of the ``(N, V)`` probabilities by the ``(N, V)`` 0/1 masks), and
+:class:`MaskedNextToken` draws from the result — the batched counterpart of
+:meth:`llamppl.LMContext.mask_dist` followed by ``next_token()``.
 
 *Local masking* (the mask proposal without G'_t — what Outlines, XGrammar, vLLM
 and HF ``generate`` with :class:`~llamppl.models.GrammarLogitsProcessor` do)
@@ -43,6 +46,7 @@ with enough particles, gives the exact conditional::
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -50,13 +54,16 @@ from typing import Any
 import torch
 
 from llamppl.context import LMContext
+from llamppl.distributions import Distribution
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
+from llamppl.rng import current_rng
+from llamppl.token import Token
 from llamppl.validation import check_positive_int
 
 from .grammar_engine import Grammar, MatcherState, allowed_masks, mask_batcher
 
-__all__ = ["GrammarConstraint", "make_grammar"]
+__all__ = ["GrammarConstraint", "MaskedNextToken", "make_grammar"]
 
 PROPOSALS = ("mask", "sample")
 
@@ -162,13 +169,11 @@ class GrammarConstraint(Model):
         lm = ctx.lm
         last = self.max_tokens is not None and len(ctx.generated) + 1 >= self.max_tokens
         if self.proposal == "mask":
-            mask = await self._batcher.mask(self.matcher)  # (V,) bool: 1_C(s w), EOS iff accepting
-            if last:  # the budget's final token must be EOS
-                eos_only = torch.zeros_like(mask)
-                eos_only[lm.eos_token_id] = mask[lm.eos_token_id]
-                mask = eos_only
-            await self.observe(ctx.mask_dist(mask), True)  # G'_t = allowed mass
-            token = await self.sample(ctx.next_token())  # M'_t = p restricted to the mask
+            log_probs = await ctx.next_token_logprobs()  # (V,), coalesced across particles
+            # batched over the step's particles: q = p · 1_C(s w) (EOS iff accepting), G'_t = Σ q
+            q, log_mass = await self._batcher.apply(self.matcher, log_probs, final=last)
+            self.score(log_mass)  # G'_t = allowed mass
+            token = await self.sample(MaskedNextToken(ctx, q, log_mass))  # M'_t = q / G'_t
             if token == lm.eos_token_id:
                 self.finish()
             elif not self.matcher.consume(int(token)):
@@ -194,3 +199,44 @@ class GrammarConstraint(Model):
     def string_for_serialization(self) -> str:
         """The generated text (without EOS): the posterior key."""
         return self.text
+
+
+class MaskedNextToken(Distribution):
+    """The token-masking proposal M'_t = q / G'_t from precomputed masked probabilities.
+
+    The batched counterpart of ``context.mask_dist(mask)`` + ``context.next_token()``
+    (:mod:`llamppl.context`): ``q`` (``(V,)``, unnormalised, zero outside the mask)
+    and ``log G' = log Σ q`` come from one batched
+    :func:`~llamppl.models.grammar_engine.apply_masks` for all particles of the
+    step. Sampling or observing a token extends the context.
+    """
+
+    def __init__(self, context: LMContext, q: torch.Tensor, log_mass: float) -> None:
+        self.context, self.q, self.log_mass = context, q, log_mass
+
+    async def sample(self, rng=None):
+        cdf = torch.cumsum(self.q, dim=0)  # (V,)
+        u = float((rng or current_rng()).random()) * float(cdf[-1])
+        i = int(
+            torch.searchsorted(
+                cdf, torch.tensor([u], dtype=cdf.dtype, device=cdf.device), right=True
+            )
+        )
+        i = min(i, cdf.numel() - 1)
+        if self.q[i] <= 0:  # u on the float boundary at the very top: the last allowed token
+            i = int(torch.nonzero(self.q > 0)[-1])
+        return await self._take(i)
+
+    async def log_prob(self, value):
+        return (await self._take(int(value)))[1]
+
+    async def _take(self, i: int):
+        self.context.extend(i)
+        p = float(self.q[i])
+        return Token(self.context.lm, i), (math.log(p) - self.log_mass if p > 0 else -math.inf)
+
+    async def support(self):
+        ids = torch.nonzero(self.q > 0).flatten().tolist()
+        return [
+            (Token(self.context.lm, i), math.log(float(self.q[i])) - self.log_mass) for i in ids
+        ]

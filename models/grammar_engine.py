@@ -14,9 +14,11 @@ This is the only module that imports ``llguidance`` (an optional dependency,
   with ``deep_copy()`` when the particle is cloned (``copy.deepcopy``);
 - :func:`allowed_masks` — the masks of many matchers at once: one llguidance call
   fills a ``(B, ⌈V/32⌉)`` int32 bitmask, one tensor operation on the LM's device
-  unpacks it to ``(B, V)`` bool, with EOS allowed exactly when a matcher accepts;
+  unpacks it to ``(B, V)``, with EOS allowed exactly when a matcher accepts;
+- :func:`apply_masks` — masks applied to a ``(B, V)`` batch of next-token
+  log-probabilities with one multiplication: masked probabilities and allowed masses;
 - :class:`MaskBatcher` — coalesces the concurrent mask requests of all particles
-  in an SMC step into one :func:`allowed_masks` call (same scheme as
+  in an SMC step into one :func:`apply_masks` (or :func:`allowed_masks`) call (same scheme as
   :meth:`llamppl.lm.base.LanguageModel.next_token_logprobs`).
 
 Why llguidance: it compiles JSON Schema, regex and Lark to one matcher type,
@@ -40,7 +42,15 @@ import torch
 
 from llamppl.lm.base import LanguageModel
 
-__all__ = ["Grammar", "MatcherState", "MaskBatcher", "allowed_masks", "ll_tokenizer"]
+__all__ = [
+    "Grammar",
+    "MatcherState",
+    "MaskBatcher",
+    "allowed_masks",
+    "apply_masks",
+    "ll_tokenizer",
+    "mask_batcher",
+]
 
 _INSTALL_HINT = "grammar constraints need the llguidance package: pip install 'llamppl[grammar]'"
 
@@ -210,13 +220,15 @@ class MatcherState:
         return new
 
 
-def allowed_masks(lm: LanguageModel, states: list[MatcherState]) -> torch.Tensor:
-    """``(B, V)`` bool masks of the tokens each matcher allows next, on ``lm.device``.
+def allowed_masks(
+    lm: LanguageModel, states: list[MatcherState], dtype: torch.dtype = torch.bool
+) -> torch.Tensor:
+    """``(B, V)`` masks of the tokens each matcher allows next, on ``lm.device``.
 
     One llguidance call fills the ``(B, ⌈V/32⌉)`` int32 bitmask (bit ``i % 32`` of
-    word ``i // 32`` is token i); one transfer and one unpack produce the bool
-    masks; the EOS column is then set to ``accepting`` for every row (EOS allowed
-    exactly when the matcher accepts).
+    word ``i // 32`` is token i); one transfer and one unpack give the masks (bool,
+    or 0/1 in a float ``dtype``); the EOS column is then set to ``accepting`` for
+    every row (EOS allowed exactly when the matcher accepts).
     """
     import llguidance.torch as llt
 
@@ -228,12 +240,33 @@ def allowed_masks(lm: LanguageModel, states: list[MatcherState]) -> torch.Tensor
         llt.fill_next_token_bitmask_par(
             _executor(), [(s.matcher, i) for i, s in enumerate(states)], bits
         )
-    accepting = torch.tensor([s.accepting for s in states], dtype=torch.bool)
+    accepting = torch.tensor([s.accepting for s in states], dtype=dtype)
     bits, accepting = bits.to(lm.device), accepting.to(lm.device)
     shifts = torch.arange(32, dtype=torch.int32, device=lm.device)
-    masks = ((bits.unsqueeze(-1) >> shifts) & 1).bool().flatten(1)[:, :V]  # (B, W*32) -> (B, V)
+    masks = ((bits.unsqueeze(-1) >> shifts) & 1).flatten(1)[:, :V].to(dtype)  # (B, V)
     masks[:, lm.eos_token_id] = accepting
     return masks
+
+
+def apply_masks(
+    lm: LanguageModel, states: list[MatcherState], log_probs: torch.Tensor, final: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked next-token probabilities and log allowed masses for a batch of particles.
+
+    ``log_probs`` is ``(B, V)``; ``final`` is ``(B,)`` bool (rows whose next token
+    must be EOS: only EOS stays allowed, if the matcher accepts). Returns ``q`` of
+    shape ``(B, V)`` with ``q[b, w] = p_b(w) 1_C(s_b w)`` (unnormalised) and
+    ``log G'`` of shape ``(B,)``, ``G'_b = Σ_w q[b, w]`` (the LLaMPPL paper's
+    allowed mass). Works with probabilities and a 0/1 float mask: one
+    multiplication applies all masks (no ``-inf`` arithmetic, slow on some CPUs).
+    """
+    masks = allowed_masks(lm, states, dtype=log_probs.dtype)  # (B, V) 0/1
+    if bool(final.any()):
+        eos = masks[:, lm.eos_token_id].clone()
+        masks[final] = 0
+        masks[:, lm.eos_token_id] = eos
+    q = log_probs.exp() * masks  # (B, V): the one application of the masks
+    return q, q.sum(dim=-1).log()
 
 
 _EXECUTOR = None
@@ -247,17 +280,22 @@ def _executor():
 
 
 class MaskBatcher:
-    """Serve concurrent ``await batcher.mask(state)`` calls with one :func:`allowed_masks` call.
+    """Serve the concurrent mask requests of all particles of a step with one batched call.
 
-    The first request of a round schedules a flush task that yields to the event
-    loop until no new request arrives (every particle of the step has asked),
-    then computes all masks together. ``flushes`` counts the batched calls.
+    ``await batcher.mask(state)`` gives the ``(V,)`` bool mask of one matcher;
+    ``await batcher.apply(state, log_probs, final)`` gives the masked probabilities
+    and log allowed mass (:func:`apply_masks`). The first request of a round
+    schedules a flush task that yields to the event loop until no new request
+    arrives (every particle of the step has asked), then serves all requests of a
+    kind in one call — the scheme of
+    :meth:`llamppl.lm.base.LanguageModel.next_token_logprobs`. ``flushes`` counts
+    the batched calls.
     """
 
     def __init__(self, lm: LanguageModel) -> None:
         self.lm = lm
         self.flushes = 0
-        self._pending: list[tuple[MatcherState, asyncio.Future]] = []
+        self._pending: list[tuple[tuple, asyncio.Future]] = []
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -266,11 +304,20 @@ class MaskBatcher:
 
     async def mask(self, state: MatcherState) -> torch.Tensor:
         """``(V,)`` bool mask of the tokens ``state`` allows next."""
+        return await self._submit(("mask", state))
+
+    async def apply(
+        self, state: MatcherState, log_probs: torch.Tensor, final: bool = False
+    ) -> tuple[torch.Tensor, float]:
+        """``(q, log G')`` for one particle: masked probabilities ``(V,)`` and log allowed mass."""
+        return await self._submit(("apply", state, log_probs, bool(final)))
+
+    async def _submit(self, request: tuple):
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._loop, self._pending, self._task = loop, [], None
         fut = loop.create_future()
-        self._pending.append((state, fut))
+        self._pending.append((request, fut))
         if self._task is None:
             self._task = loop.create_task(self._flush())
         return await fut
@@ -281,20 +328,31 @@ class MaskBatcher:
             seen = len(self._pending)
             await asyncio.sleep(0)
         pending, self._pending, self._task = self._pending, [], None
-        live = [(s, f) for s, f in pending if not f.cancelled()]
-        if not live:
-            return
-        self.flushes += 1
-        try:
-            masks = allowed_masks(self.lm, [s for s, _ in live])
-        except BaseException as exc:
-            for _, f in live:
+        live = [(r, f) for r, f in pending if not f.cancelled()]
+        for kind in ("mask", "apply"):
+            group = [(r, f) for r, f in live if r[0] == kind]
+            if not group:
+                continue
+            self.flushes += 1
+            try:
+                results = self._serve(kind, [r for r, _ in group])
+            except BaseException as exc:
+                for _, f in group:
+                    if not f.done():
+                        f.set_exception(exc)
+                continue
+            for res, (_, f) in zip(results, group):
                 if not f.done():
-                    f.set_exception(exc)
-            return
-        for i, (_, f) in enumerate(live):
-            if not f.done():
-                f.set_result(masks[i])
+                    f.set_result(res)
+
+    def _serve(self, kind: str, requests: list[tuple]) -> list:
+        states = [r[1] for r in requests]
+        if kind == "mask":
+            return list(allowed_masks(self.lm, states))
+        log_probs = torch.stack([r[2] for r in requests])  # (B, V)
+        final = torch.tensor([r[3] for r in requests], device=log_probs.device)
+        q, log_mass = apply_masks(self.lm, states, log_probs, final)
+        return list(zip(q, log_mass.tolist()))
 
 
 _BATCHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
