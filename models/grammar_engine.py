@@ -123,6 +123,9 @@ class Grammar:
             raise TypeError(f"lark must be a str, got {type(lark).__name__}")
         return cls("lark", lark, require_llguidance().LLMatcher.grammar_from_lark(lark))
 
+    def __deepcopy__(self, memo) -> Grammar:
+        return self  # immutable: particles share it
+
     def __repr__(self) -> str:
         return f"Grammar({self.kind}={self.source!r})"
 
