@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import weakref
 from typing import Any
 
@@ -245,10 +246,31 @@ def allowed_masks(
         )
     accepting = torch.tensor([s.accepting for s in states], dtype=dtype)
     bits, accepting = bits.to(lm.device), accepting.to(lm.device)
-    shifts = torch.arange(32, dtype=torch.int32, device=lm.device)
-    masks = ((bits.unsqueeze(-1) >> shifts) & 1).flatten(1)[:, :V].to(dtype)  # (B, V)
+    masks = _unpack(bits, V, dtype)  # (B, V)
     masks[:, lm.eos_token_id] = accepting
     return masks
+
+
+_BYTE_TABLES: dict[tuple, torch.Tensor] = {}
+
+
+def _unpack(bits: torch.Tensor, V: int, dtype: torch.dtype) -> torch.Tensor:
+    """``(B, W)`` int32 bitmask -> ``(B, V)`` 0/1 masks in ``dtype``, in one table lookup.
+
+    On a little-endian machine token i is bit ``i % 8`` of byte ``i // 8`` of the
+    bitmask's memory, so each byte indexes a ``(256, 8)`` table of its bits.
+    """
+    B = bits.shape[0]
+    if sys.byteorder != "little":  # pragma: no cover - word-wise shifts, slower
+        shifts = torch.arange(32, dtype=torch.int32, device=bits.device)
+        return ((bits.unsqueeze(-1) >> shifts) & 1).flatten(1)[:, :V].to(dtype)
+    key = (bits.device, dtype)
+    table = _BYTE_TABLES.get(key)
+    if table is None:
+        ids = torch.arange(256, device=bits.device).unsqueeze(-1)
+        table = _BYTE_TABLES[key] = ((ids >> torch.arange(8, device=bits.device)) & 1).to(dtype)
+    rows = table.index_select(0, bits.view(torch.uint8).flatten().long())  # (B * 4W, 8)
+    return rows.view(B, -1)[:, :V]
 
 
 def apply_masks(
@@ -268,7 +290,7 @@ def apply_masks(
         eos = masks[:, lm.eos_token_id].clone()
         masks[final] = 0
         masks[:, lm.eos_token_id] = eos
-    q = log_probs.exp() * masks  # (B, V): the one application of the masks
+    q = log_probs.exp().mul_(masks)  # (B, V): the one application of the masks
     return q, q.sum(dim=-1).log()
 
 
