@@ -75,7 +75,9 @@ def main() -> None:
         seconds, seqs = asyncio.run(one(llm, schema, n, args.max_tokens))
         post = seqs.decoded_posterior
         top = sorted(post.items(), key=lambda kv: -kv[1])[:3]
-        print(f"N={n}: {seconds:.2f}s  log_ml={float(seqs.log_ml):.3f}  top={json.dumps(top)[:200]}")
+        print(
+            f"N={n}: {seconds:.2f}s  log_ml={float(seqs.log_ml):.3f}  top={json.dumps(top)[:200]}"
+        )
 
 
 if __name__ == "__main__":
