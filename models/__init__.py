@@ -36,3 +36,11 @@ __all__ = [
     "speculative_smc",
     "truncated_draft",
 ]
+from .grammar import GrammarConstraint, make_grammar  # noqa: E402
+from .grammar_engine import Grammar  # noqa: E402
+
+__all__ += ["GrammarConstraint", "Grammar", "make_grammar"]
+from .grammar_logits import GrammarLogitsProcessor  # noqa: E402
+from .structured import StructuredResult, generate_json  # noqa: E402
+
+__all__ += ["GrammarLogitsProcessor", "generate_json", "StructuredResult"]

@@ -31,6 +31,7 @@ FAST_ARGS: dict[str, list[str]] = {
     ],
     "infilling.py": ["--particles", "2", "--beam", "2", "--max-hole-tokens", "1"],
     "prompt_intersection.py": ["--particles", "2", "--beam", "2", "--max-tokens", "3"],
+    "structured.py": ["--particles", "2", "--max-tokens", "16", "--samples", "1"],
 }
 
 FAST_FLAG_DEFAULTS: list[tuple[str, str]] = [

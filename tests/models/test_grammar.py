@@ -1,0 +1,257 @@
+"""GrammarConstraint on FunctionLM: exact posteriors against brute force, unbiased Ẑ, local-masking bias."""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+
+import numpy as np
+import pytest
+from llamppl.inference import enumerate_exact, smc_standard
+from llamppl.models import Grammar, GrammarConstraint
+from llamppl.models.grammar import MaskedNextToken
+from llamppl.models.grammar_engine import mask_batcher
+
+from llamppl import FunctionLM, run
+
+pytest.importorskip("llguidance")
+
+# ---------------------------------------------------------------- LMs and brute force
+REGEX_VOCAB = ["<s>", "a", "b", "c", "<eos>"]
+LARK_VOCAB = ["<s>", "a", "(", ")", "+", "(a", "<eos>"]
+LARK = """
+start: expr
+expr: "a" | "(" expr "+" expr ")"
+"""
+
+
+def _wavy(n_vocab):
+    eos = n_vocab - 1
+
+    def logits(ctx):
+        n, last = len(ctx), ctx[-1]
+        out = [math.sin(1.3 * i + 0.7 * n + 0.4 * last) for i in range(eos)]
+        out[0] = -math.inf  # BOS is never generated
+        return out + [-0.8 + 0.4 * n]
+
+    return logits
+
+
+def _log_softmax(z):
+    z = np.array(z, dtype=np.float64)
+    return z - np.logaddexp.reduce(z)
+
+
+def _brute_force(vocab, lm_fn, in_language, max_tokens):
+    """log Z and p(y | y ∈ L) keyed by text, summing p(seq EOS) over EVERY token sequence of
+    fewer than ``max_tokens`` tokens (depth-first, float64, from the logits function directly)."""
+    eos = len(vocab) - 1
+    acc: dict[str, float] = {}
+
+    def visit(ctx, text, logp):
+        lp = _log_softmax(lm_fn(tuple(ctx)))
+        if in_language(text):
+            acc[text] = acc.get(text, 0.0) + math.exp(logp + lp[eos])
+        if len(ctx) < max_tokens:  # ctx holds BOS + generated tokens
+            for t in range(1, eos):
+                visit(ctx + [t], text + vocab[t], logp + lp[t])
+
+    visit([0], "", 0.0)
+    Z = sum(acc.values())
+    return math.log(Z), {t: p / Z for t, p in acc.items()}
+
+
+def _lark_member(text):
+    """Independent recursive-descent recogniser of expr: "a" | "(" expr "+" expr ")"."""
+
+    def expr(i):  # set of end positions of an expr starting at i
+        ends = set()
+        if text.startswith("a", i):
+            ends.add(i + 1)
+        if text.startswith("(", i):
+            for j in expr(i + 1):
+                if text.startswith("+", j):
+                    for k in expr(j + 1):
+                        if text.startswith(")", k):
+                            ends.add(k + 1)
+        return ends
+
+    return len(text) in expr(0)
+
+
+CASES = {
+    "regex": dict(
+        vocab=REGEX_VOCAB,
+        kw={"regex": "(ab|b)+c"},
+        member=lambda t: re.fullmatch("(ab|b)+c", t) is not None,
+        max_tokens=7,
+    ),
+    "lark": dict(vocab=LARK_VOCAB, kw={"lark": LARK}, member=_lark_member, max_tokens=8),
+}
+
+
+def _lm(vocab):
+    return FunctionLM(vocab, len(vocab) - 1, _wavy(len(vocab)), bos_token_id=0)
+
+
+def _model(case, proposal, lm=None):
+    c = CASES[case]
+    lm = lm or _lm(c["vocab"])
+    return GrammarConstraint(lm, [], proposal=proposal, max_tokens=c["max_tokens"], **c["kw"])
+
+
+# ---------------------------------------------------------------- exactness
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("proposal", ["mask", "sample"])
+def test_enumerate_exact_equals_brute_force(case, proposal):
+    c = CASES[case]
+    log_z, post = _brute_force(c["vocab"], _wavy(len(c["vocab"])), c["member"], c["max_tokens"])
+    assert len(post) >= 3  # a non-trivial language within the budget
+    exact = run(enumerate_exact(_model(case, proposal)))
+    assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
+    assert set(exact.posterior) == set(post)
+    for text, p in post.items():
+        assert exact.posterior[text] == pytest.approx(p, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    "case,proposal", [("regex", "mask"), ("regex", "sample"), ("lark", "mask")]
+)
+def test_smc_z_hat_is_unbiased(case, proposal):
+    exact = run(enumerate_exact(_model(case, proposal)))
+    z = math.exp(exact.log_ml)
+    model = _model(case, proposal)
+    z_hats = np.array([math.exp(run(smc_standard(model, 4, seed=s)).log_ml) for s in range(200)])
+    se = z_hats.std(ddof=1) / math.sqrt(len(z_hats))
+    assert se > 0
+    assert abs(z_hats.mean() - z) < 4 * se, (z_hats.mean(), z, se)
+
+
+# ---------------------------------------------------------------- local masking is biased
+BIAS_VOCAB = ["<s>", "a", "b", "c", "<eos>"]
+
+
+def _bias_logits(ctx):
+    """Step 1: a and c equally likely; after "a" the LM wants to stop (EOS), so few "abbb"."""
+    if len(ctx) == 1:
+        return [-math.inf, 0.0, -1.0, 0.0, -1.0]
+    return [-math.inf, 0.0, 0.0, 0.0, 2.0]
+
+
+class _LocalMasking(GrammarConstraint):
+    """The mask proposal WITHOUT the potential G'_t (what HF/Outlines-style masking samples)."""
+
+    async def step(self):
+        log_probs = await self.context.next_token_logprobs()
+        q, log_mass = await self._batcher.apply(self.matcher, log_probs)
+        token = await self.sample(MaskedNextToken(self.context, q, log_mass))  # no score(G')
+        if token == self.context.lm.eos_token_id:
+            self.finish()
+        else:
+            assert self.matcher.consume(int(token))
+
+
+def test_local_masking_differs_and_smc_converges_to_the_exact_conditional():
+    lm = FunctionLM(BIAS_VOCAB, 4, _bias_logits, bos_token_id=0)
+    kw = dict(regex="ab{3}|c", max_tokens=6)
+    # closed forms: p = softmax of the logits above
+    p1 = np.exp(np.array([0.0, -1.0, 0.0, -1.0])) / np.exp([0.0, -1.0, 0.0, -1.0]).sum()
+    p2 = np.exp(np.array([0.0, 0.0, 0.0, 2.0])) / np.exp([0.0, 0.0, 0.0, 2.0]).sum()
+    p_c, p_abbb = p1[2] * p2[3], p1[0] * p2[1] ** 3 * p2[3]  # p(c EOS), p(abbb EOS)
+    exact_c = p_c / (p_c + p_abbb)  # p(y = c | y ∈ L)
+    local_c = p1[2] / (p1[0] + p1[2])  # local masking: step 1 sees only that a and c are allowed
+
+    exact = run(enumerate_exact(GrammarConstraint(lm, [], **kw)))
+    local = run(enumerate_exact(_LocalMasking(lm, [], **kw)))
+    assert exact.posterior["c"] == pytest.approx(exact_c, abs=1e-12)
+    assert local.posterior["c"] == pytest.approx(local_c, abs=1e-12)
+    assert exact_c - local_c > 0.4  # measurably different: 0.999 vs 0.5
+
+    # SMC: E[Ẑ · π̂(c)] = Z · π(c) = p(c EOS) exactly (unnormalised estimates are unbiased)
+    model = GrammarConstraint(lm, [], **kw)
+    runs = [run(smc_standard(model, 8, seed=s)) for s in range(200)]
+    est = np.array([math.exp(r.log_ml) * r.posterior.get("c", 0.0) for r in runs])
+    se = est.std(ddof=1) / math.sqrt(len(est))
+    assert abs(est.mean() - p_c) < 4 * se + 1e-12
+    # and the seed-averaged posterior sits near the exact one, far from local masking
+    mean_post = np.mean([r.posterior.get("c", 0.0) for r in runs])
+    post_se = np.std([r.posterior.get("c", 0.0) for r in runs], ddof=1) / math.sqrt(len(runs))
+    assert abs(mean_post - local_c) > 20 * post_se
+
+
+# ---------------------------------------------------------------- mechanics
+def test_clone_copies_the_matcher():
+    model = _model("regex", "mask")
+    run(model.advance())
+    clone = model.clone()
+    assert clone.matcher is not model.matcher
+    assert clone.matcher.matcher is not model.matcher.matcher
+    before = list(model.matcher.consumed)
+    while not clone.done_stepping():
+        run(clone.advance())
+    assert model.matcher.consumed == before
+    assert copy.deepcopy(model.matcher).state_key() == model.matcher.state_key()
+
+
+def test_masks_of_a_step_are_computed_in_one_batch():
+    lm = _lm(REGEX_VOCAB)
+    batcher = mask_batcher(lm)
+    model = GrammarConstraint(lm, [], regex="(ab|b)+c", max_tokens=7)
+    result = run(smc_standard(model, 16, seed=0))
+    # one llguidance call per SMC step for all 16 particles
+    assert batcher.flushes == len(result.history)
+
+
+def test_eos_allowed_exactly_when_accepting():
+    lm = _lm(REGEX_VOCAB)
+    model = GrammarConstraint(lm, [], regex="b+c?", max_tokens=7)
+    batcher = mask_batcher(lm)
+    for token, accepting in [(2, True), (2, True), (3, True)]:
+        assert model.matcher.consume(token)
+        assert model.matcher.accepting == accepting
+        mask = run(batcher.mask(model.matcher))
+        assert bool(mask[lm.eos_token_id]) == accepting
+    assert mask.tolist() == [False, False, False, False, True]  # after "bbc": only EOS
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "kw,words",
+    [
+        ({"regex": "(ab"}, ["regex", "unclosed group"]),
+        ({"lark": "start: foo"}, ["lark", "foo"]),
+        ({"json_schema": {"type": "objectx"}}, ["json_schema", "objectx"]),
+        ({"json_schema": "{not json"}, ["json_schema", "JSON"]),
+    ],
+)
+def test_invalid_grammar_is_a_value_error_quoting_the_engine(kw, words):
+    with pytest.raises(ValueError) as info:
+        GrammarConstraint(_lm(REGEX_VOCAB), [], **kw)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_argument_errors():
+    lm = _lm(REGEX_VOCAB)
+    with pytest.raises(ValueError, match="exactly one"):
+        GrammarConstraint(lm, [])
+    with pytest.raises(ValueError, match="exactly one"):
+        GrammarConstraint(lm, [], regex="a", lark='start: "a"')
+    with pytest.raises(ValueError, match="proposal"):
+        GrammarConstraint(lm, [], regex="a", proposal="greedy")
+    with pytest.raises(TypeError, match="regex"):
+        GrammarConstraint(lm, [], regex=3)
+    with pytest.raises(TypeError, match="json_schema"):
+        Grammar.from_json_schema([1, 2])
+    with pytest.raises(ValueError, match="max_tokens"):
+        GrammarConstraint(lm, [], regex="a", max_tokens=0)
+
+
+@pytest.mark.parametrize("proposal", ["mask", "sample"])
+def test_grammar_admitting_no_token_gives_minus_inf(proposal):
+    lm = _lm(REGEX_VOCAB)
+    with pytest.warns(UserWarning, match="admits no token"):
+        model = GrammarConstraint(lm, [], regex="xyz", proposal=proposal, max_tokens=4)
+    assert run(smc_standard(model, 4, seed=0)).log_ml == -math.inf
+    assert run(enumerate_exact(model)).log_ml == -math.inf
