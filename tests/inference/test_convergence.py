@@ -40,7 +40,7 @@ N, SEEDS, KAPPA = 64, 200, 2.0
 
 ENGINES = {
     "smc_standard": lambda m, seed: smc_standard(m, N, seed=seed),
-    "smc_steer": lambda m, seed: smc_steer(m, N // 2, 2, seed=seed),
+    "smc_steer": lambda m, seed: smc_steer(m, N, 2, seed=seed),
     "importance_sampling": lambda m, seed: importance_sampling(m, N, seed=seed),
 }
 
