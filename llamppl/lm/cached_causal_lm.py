@@ -52,7 +52,7 @@ from typing import Any
 import torch
 
 from .base import LanguageModel
-from .hf_vocab import bos_id, build_vocab, eos_id
+from .hf_vocab import bos_id, build_vocab, eos_ids
 from .kv_pool import KVPool, PoolCache, PoolLayer
 from .trie import TokenTrie, TrieNode
 
@@ -237,7 +237,8 @@ class CachedCausalLM(LanguageModel):
         self.stats = CacheStats()
 
         self.vocab, self.vocab_bytes, self._byte_level = build_vocab(tokenizer, self._vocab_size)
-        self.eos_token_id = eos_id(tokenizer, hf_model, self._vocab_size)
+        self.eos_token_id, eos_set = eos_ids(tokenizer, hf_model, self._vocab_size)
+        self._extra_eos_ids = eos_set - {self.eos_token_id}
         self.bos_token_id = bos_id(tokenizer)
 
     # ------------------------------------------------------------------ constructors
@@ -350,6 +351,28 @@ class CachedCausalLM(LanguageModel):
                 validate_token_ids(token_ids, self.vocab_size)
                 raise
         return self.tokenizer.decode(list(token_ids), clean_up_tokenization_spaces=False)
+
+    @property
+    def byte_vocab(self) -> list[bytes]:
+        """Exact bytes each token id appends (``vocab_bytes``; see :mod:`llamppl.lm.hf_vocab`)."""
+        return self.vocab_bytes
+
+    def apply_chat_template(self, messages: Sequence[dict]) -> list[int]:
+        """Token ids of ``messages`` rendered by the tokenizer's chat template with the
+        generation prompt (the text up to where the assistant's reply begins).
+
+        Raises ``ValueError`` if the tokenizer has no chat template (a base model).
+        """
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(
+                f"the tokenizer of {type(self.model).__name__} has no chat template "
+                "(a base model?): pass a prompt string instead of messages"
+            )
+        text = self.tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=False
+        )
+        # The template writes BOS and role markers itself: add no special tokens again.
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def clear_cache(self) -> None:
         """Drop every cached token and log-prob vector (counters other than the gauge stay)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["build_vocab", "eos_id", "bos_id"]
+__all__ = ["build_vocab", "eos_ids", "bos_id"]
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -87,17 +87,34 @@ def build_vocab(tokenizer: Any, size: int) -> tuple[list[str], list[bytes], bool
     return vocab, out_bytes, exact
 
 
-def eos_id(tokenizer: Any, model: Any, size: int) -> int:
-    eos = getattr(tokenizer, "eos_token_id", None)
-    if eos is None:
-        eos = getattr(model.config, "eos_token_id", None)
-        if isinstance(eos, (list, tuple)):
-            eos = eos[0] if eos else None
-    if eos is None or not 0 <= int(eos) < size:
+def _ids(value: Any) -> list[int]:
+    """An id or a list of ids from a config field, as a list (``None`` gives ``[]``)."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [int(v) for v in value if v is not None]
+    return [int(value)]
+
+
+def eos_ids(tokenizer: Any, model: Any, size: int) -> tuple[int, frozenset[int]]:
+    """``(primary EOS id, every id that ends a sequence)``.
+
+    The primary id is the tokenizer's ``eos_token_id`` (else the first id the
+    generation config, then the model config, lists). The set adds every id in
+    ``model.generation_config.eos_token_id`` and ``model.config.eos_token_id``
+    (an int or a list: chat models end a turn with e.g. ``<|im_end|>`` or
+    ``<|eot_id|>`` as well as ``<|end_of_text|>``). Ids outside ``[0, size)`` are dropped.
+    """
+    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    cfg = getattr(getattr(model, "config", None), "eos_token_id", None)
+    candidates = _ids(getattr(tokenizer, "eos_token_id", None)) + _ids(gen) + _ids(cfg)
+    valid = [i for i in candidates if 0 <= i < size]
+    if not valid:
         raise ValueError(
-            f"could not find a valid eos_token_id (got {eos!r}) for a vocabulary of {size}"
+            f"could not find a valid eos_token_id (tokenizer, generation config and model config "
+            f"give {candidates!r}) for a vocabulary of {size}"
         )
-    return int(eos)
+    return valid[0], frozenset(valid)
 
 
 def bos_id(tokenizer: Any) -> int | None:
