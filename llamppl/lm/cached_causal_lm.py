@@ -236,7 +236,7 @@ class CachedCausalLM(LanguageModel):
         self._logprob_lru: OrderedDict[TrieNode, None] = OrderedDict()
         self.stats = CacheStats()
 
-        self.vocab, self.vocab_bytes, self._byte_level = build_vocab(tokenizer, self._vocab_size)
+        self.vocab, self.vocab_bytes, self._join_bytes = build_vocab(tokenizer, self._vocab_size)
         self.eos_token_id, eos_set = eos_ids(tokenizer, hf_model, self._vocab_size)
         self._extra_eos_ids = eos_set - {self.eos_token_id}
         self.bos_token_id = bos_id(tokenizer)
@@ -341,7 +341,7 @@ class CachedCausalLM(LanguageModel):
         """Text of ``token_ids`` (special tokens included as their text)."""
         if isinstance(token_ids, torch.Tensor):
             token_ids = token_ids.tolist()
-        if self._byte_level:
+        if self._join_bytes:  # byte-level BPE: the bytes are the decode (hf_vocab)
             vb = self.vocab_bytes
             try:
                 return b"".join(vb[i] for i in token_ids).decode("utf-8", errors="replace")
