@@ -23,6 +23,7 @@ transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
+from llamppl import LMContext  # noqa: E402
 from llamppl.lm.cached_causal_lm import CachedCausalLM  # noqa: E402
 
 CORPUS = [
@@ -170,3 +171,29 @@ def test_byte_vocab_concatenates_to_the_appended_text(kind, text):
     appended = b"".join(lm.byte_vocab[i] for i in ids).decode("utf-8")
     assert _hf_decode(lm, prefix + ids) == _hf_decode(lm, prefix) + appended
     assert lm.decode(ids) == _hf_decode(lm, ids)
+
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_chat_template_and_generation_config_end_tokens():
+    tok = _byte_level()
+    messages = [{"role": "user", "content": "The cat?"}]
+    with pytest.raises(ValueError, match="no chat template"):
+        LMContext(_tiny_lm(tok), messages=messages)
+    tok.chat_template = CHATML
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    model = _tiny_lm(tok).model
+    model.generation_config.eos_token_id = [tok.eos_token_id, im_end]  # as chat models list them
+    lm = CachedCausalLM(model, tok, max_cache_tokens=64)
+    assert lm.eos_token_id == tok.eos_token_id and lm.eos_token_ids == {tok.eos_token_id, im_end}
+    ctx = LMContext(lm, messages=messages)
+    assert ctx.prompt == "<|im_start|>user\nThe cat?<|im_end|>\n<|im_start|>assistant\n"
+    assert ctx.tokens[0] == tok.convert_tokens_to_ids("<|im_start|>")  # a special token, not text
+    ctx.extend(lm.encode(" the")[0])
+    assert not ctx.finished
+    ctx.extend(im_end)
+    assert ctx.finished
