@@ -16,15 +16,11 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-tokenizers = pytest.importorskip("tokenizers")
-transformers = pytest.importorskip("transformers")
-
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
-
-from llamppl import LMContext  # noqa: E402
-from llamppl.lm.cached_causal_lm import CachedCausalLM  # noqa: E402
+from llamppl import LMContext
+from llamppl.lm.cached_causal_lm import CachedCausalLM
 
 CORPUS = [
     "The cat sat on the mat.\nThe dog ate the bone!",
