@@ -9,6 +9,7 @@ import pytest
 import torch
 from llamppl.inference import enumerate_exact
 from llamppl.models.constraints import banned_words, max_word_length, regex_prefix
+from llamppl.models.hard_constraints import HardConstraint
 from llamppl.models.infilling import Infilling
 
 from llamppl import FunctionLM, LMContext, run
@@ -62,6 +63,29 @@ def test_infilling_end_probability_sums_every_end_token():
         z += math.prod(p((0, *hole[:i]), t) for i, t in enumerate(hole)) * p(ctx, 1) * end
     exact = run(enumerate_exact(Infilling(LM, ["x", "y"], max_hole_tokens=1)))
     assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10)
+
+
+@pytest.mark.parametrize("proposal", ["mask", "sample"])
+def test_hard_constraint_ends_on_every_end_token(proposal):
+    # Z = Σ over token paths of ∏ p(t) · 1[text stays in C]; a path stops at <e1> or <e2>
+    # (allowed iff C accepts the text) or after 3 tokens.
+    constraint = max_word_length(1)
+
+    def z(ctx: tuple[int, ...], text: str) -> float:
+        if len(ctx) == 4:
+            return 1.0
+        total = 0.0
+        for t, lp in enumerate(LM.logprobs(ctx).tolist()):
+            if t in (E1, E2):
+                total += math.exp(lp) * constraint.accepts_end(text)
+            elif constraint(text + VOCAB[t]):
+                total += math.exp(lp) * z((*ctx, t), text + VOCAB[t])
+        return total
+
+    model = HardConstraint(LM, [0], constraint, proposal=proposal, max_tokens=3)
+    exact = run(enumerate_exact(model))
+    assert exact.log_ml == pytest.approx(math.log(z((0,), "")), abs=1e-10)
+    assert any(key.endswith("<e2>") for key in exact.posterior)
 
 
 def test_eos_ids_reads_generation_config_lists():
