@@ -1,19 +1,25 @@
 """Token-trie cache vs Hugging Face baselines on the embedded SmolLM2 (not a test).
 
-(a) Decoding: 16 sequences x 64 tokens from a shared 32-token prompt.
-    - HF ``generate`` at batch 16 (its own KV cache, sampling, fixed seed);
-    - HF manual decode loop at batch 16 with a ``DynamicCache``, forcing those tokens;
-    - ``CachedCausalLM``: the same tokens forced, all 16 contexts awaited per step.
+(a) Decoding: N sequences x T tokens from a shared P-token prompt (default 16 x 64, P = 32).
+    - HF ``generate`` at batch N (its own KV cache, sampling, fixed seed);
+    - HF manual decode loop at batch N with a ``DynamicCache``, forcing those tokens;
+    - ``CachedCausalLM``: the same tokens forced, all N contexts awaited per step.
+    Prefill (the prompt) and decode (the T - 1 following steps) are timed apart: the
+    decode ratio against HF's own DynamicCache decode is the per-step cost of the trie
+    cache; the prefill ratio shows the prompt being run once instead of N times.
 (b) Resampling-shaped tree: N particles grow one sampled token per step and are
     resampled (duplicated / dropped) at random; the recorded request batches
     are replayed through a fresh ``CachedCausalLM`` and through a no-sharing
     baseline that re-runs every particle's full context each step (batched,
     left-padded, no cache).
 
-Prints a table of wall and CPU times, forward calls and tokens run, and the ratios::
+Prints a table of wall and CPU times, forward calls and tokens run, and the ratios.
+Any local model, dtype and device (e.g. your GPU) can be measured the same way::
 
-    .venv/bin/python benchmarks/bench_cache.py            # 1 thread
-    .venv/bin/python benchmarks/bench_cache.py --threads 2 --repeats 3
+    .venv/bin/python benchmarks/bench_cache.py            # embedded SmolLM2, fp32, 1 thread
+    .venv/bin/python benchmarks/bench_cache.py --dtype bfloat16 --particles 32 --prompt-len 512
+    .venv/bin/python benchmarks/bench_cache.py --model ~/models/Qwen2.5-0.5B --device cuda \
+        --dtype bfloat16 --tree-steps 0
 """
 
 from __future__ import annotations
@@ -55,22 +61,46 @@ def best_of(repeats: int, fn):
 
 
 # --------------------------------------------------------------------------- (a) decoding
+STORY = (
+    "Once upon a time, in a land far away, there lived a curious little robot who loved to "
+    "explore. Every morning it rolled out of its shed, greeted the birds, and set off along "
+    "the river to look for shiny stones, odd leaves and stories the old trees might tell. "
+)
+
+
+def make_prompt(lm: CachedCausalLM, text: str, length: int) -> list[int]:
+    """Exactly ``length`` token ids: ``text`` repeated as often as needed, then cut."""
+    if length < 1:
+        raise ValueError(f"--prompt-len must be a positive integer, got {length}")
+    unit = lm.encode(text)
+    return (unit * (length // len(unit) + 1))[:length]
+
+
+def clocks() -> tuple[float, float]:
+    """(wall, process CPU) seconds; with one thread CPU time is robust to other load."""
+    return time.perf_counter(), time.process_time()
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work so that wall times are honest (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
 def bench_decode(
     lm: CachedCausalLM, n: int, prompt_len: int, new_tokens: int, repeats: int
 ) -> list[dict]:
-    model = lm.model
-    text = (
-        "Once upon a time, in a land far away, there lived a curious little robot who loved to explore. "
-        * 4
-    )
-    prompt = lm.encode(text)[:prompt_len]
-    ids = torch.tensor([prompt] * n)
-    torch.manual_seed(0)
+    """Rows for generate / manual DynamicCache loop / CachedCausalLM; prefill and decode timed apart."""
+    model, dev = lm.model, lm.device
+    prompt = make_prompt(lm, STORY, prompt_len)
+    ids = torch.tensor([prompt] * n, device=dev)  # (n, prompt_len)
 
     def run_generate():
         torch.manual_seed(0)
         with torch.inference_mode():
-            return model.generate(
+            out = model.generate(
                 ids,
                 attention_mask=torch.ones_like(ids),
                 do_sample=True,
@@ -81,54 +111,70 @@ def bench_decode(
                 min_new_tokens=new_tokens,
                 pad_token_id=lm.eos_token_id,
             )
+        sync(dev)
+        return out
 
     t_gen, out = best_of(repeats, run_generate)
-    seqs = out[:, prompt_len:].tolist()  # (n, new_tokens)
+    # Rows that ended early are padded by generate, so the output stays rectangular; force
+    # exactly the tokens it produced (however many that is) in the other two methods.
+    seqs = out[:, prompt_len:].tolist()  # (n, steps)
+    steps = len(seqs[0])
+    if steps < 1:
+        raise RuntimeError("generate produced no new tokens")
 
     def run_manual():
         with torch.inference_mode():
+            t0 = clocks()
             cache = DynamicCache(config=model.config)
             o = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
             torch.log_softmax(o.logits[:, -1].float(), -1)
-            for t in range(new_tokens - 1):
-                step = torch.tensor([[s[t]] for s in seqs])
+            sync(dev)
+            t1 = clocks()
+            for t in range(steps - 1):
+                step = torch.tensor([[s[t]] for s in seqs], device=dev)  # (n, 1)
                 o = model(step, past_key_values=o.past_key_values, use_cache=True)
                 torch.log_softmax(o.logits[:, -1].float(), -1)
-        return (new_tokens, n * (prompt_len + new_tokens - 1))
-
-    t_man, (man_calls, man_tokens) = best_of(repeats, run_manual)
+            sync(dev)
+            t2 = clocks()
+        return (t0, t1, t2), (steps, n * (prompt_len + steps - 1))
 
     def run_cached():
         lm.clear_cache()
         lm.stats.reset()
-        for t in range(new_tokens):
+        t0 = clocks()
+        gather(lm, [tuple(prompt)])
+        sync(dev)
+        t1 = clocks()
+        for t in range(1, steps):
             gather(lm, [tuple(prompt) + tuple(s[:t]) for s in seqs])
-        return lm.stats.forward_calls, lm.stats.tokens_run
+        sync(dev)
+        t2 = clocks()
+        return (t0, t1, t2), (lm.stats.forward_calls, lm.stats.tokens_run)
 
-    t_lm, (lm_calls, lm_tokens) = best_of(repeats, run_cached)
-    gen_tokens = n * (prompt_len + new_tokens - 1)
+    def phases(fn):
+        """Best-of-``repeats`` total wall, CPU, prefill and decode times (each minimised apart)."""
+        keys = ("time", "cpu", "prefill", "decode", "prefill_cpu", "decode_cpu")
+        best = dict.fromkeys(keys, float("inf"))
+        for _ in range(repeats):
+            (wall, cpu), ((t0, t1, t2), work) = best_of(1, fn)
+            values = (wall, cpu, t1[0] - t0[0], t2[0] - t1[0], t1[1] - t0[1], t2[1] - t1[1])
+            for key, v in zip(keys, values):
+                best[key] = min(best[key], v)
+        return best, work
+
+    man, (man_calls, man_tokens) = phases(run_manual)
+    ours, (lm_calls, lm_tokens) = phases(run_cached)
+    gen_tokens = n * (prompt_len + steps - 1)
+    nan = float("nan")
     return [
         {
-            "name": "HF generate (batch 16)",
-            "time": t_gen[0],
-            "cpu": t_gen[1],
-            "calls": new_tokens,
+            "name": f"HF generate (batch {n})",
+            **{"time": t_gen[0], "cpu": t_gen[1], "prefill": nan, "decode": nan},
+            "calls": steps,
             "tokens": gen_tokens,
         },
-        {
-            "name": "HF manual KV loop, forced",
-            "time": t_man[0],
-            "cpu": t_man[1],
-            "calls": man_calls,
-            "tokens": man_tokens,
-        },
-        {
-            "name": "CachedCausalLM, forced",
-            "time": t_lm[0],
-            "cpu": t_lm[1],
-            "calls": lm_calls,
-            "tokens": lm_tokens,
-        },
+        {"name": "HF DynamicCache loop, forced", **man, "calls": man_calls, "tokens": man_tokens},
+        {"name": "CachedCausalLM, forced", **ours, "calls": lm_calls, "tokens": lm_tokens},
     ]
 
 
@@ -141,9 +187,9 @@ def record_tree_workload(
     gen = torch.Generator().manual_seed(seed)
     text = (
         "She opened the old wooden box and found a letter, a key, and a photograph of a "
-        "house she had never seen. The letter began with a name she did not recognise, and"
+        "house she had never seen. The letter began with a name she did not recognise, and "
     )
-    prompt = tuple(lm.encode(text)[:prompt_len])
+    prompt = tuple(make_prompt(lm, text, prompt_len))
     batches = [[prompt]]
     (lp,) = gather(lm, [prompt])
     particles = [(prompt, lp)] * n
@@ -178,9 +224,11 @@ def bench_tree(lm: CachedCausalLM, n: int, prompt_len: int, steps: int, repeats:
             for b in batches:
                 width = max(map(len, b))
                 ids = torch.tensor(
-                    [[0] * (width - len(c)) + list(c) for c in b]
+                    [[0] * (width - len(c)) + list(c) for c in b], device=model.device
                 )  # left padded (B, S)
-                mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in b])
+                mask = torch.tensor(
+                    [[0] * (width - len(c)) + [1] * len(c) for c in b], device=model.device
+                )
                 pos = (mask.cumsum(-1) - 1).clamp(min=0)
                 o = model(
                     ids, attention_mask=mask, position_ids=pos, use_cache=False, logits_to_keep=1
@@ -210,28 +258,61 @@ def bench_tree(lm: CachedCausalLM, n: int, prompt_len: int, steps: int, repeats:
 
 def print_table(title: str, rows: list[dict]) -> None:
     print(f"\n{title}")
-    print(f"  {'method':<30} {'wall s':>8} {'CPU s':>8} {'forwards':>9} {'tokens run':>11}")
+    print(
+        f"  {'method':<30} {'wall s':>8} {'CPU s':>8} {'prefill s':>9} {'decode s':>9}"
+        f" {'forwards':>9} {'tokens run':>11}"
+    )
     for r in rows:
+        pre, dec = r.get("prefill", float("nan")), r.get("decode", float("nan"))
         print(
-            f"  {r['name']:<30} {r['time']:>8.3f} {r['cpu']:>8.3f} {r['calls']:>9d} {r['tokens']:>11d}"
+            f"  {r['name']:<30} {r['time']:>8.3f} {r['cpu']:>8.3f} {pre:>9.3f} {dec:>9.3f}"
+            f" {r['calls']:>9d} {r['tokens']:>11d}"
         )
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_lm(model: str | None, dtype: str, device: str) -> CachedCausalLM:
+    """The embedded SmolLM2 (``model=None``) or any local Hugging Face directory / .gguf file."""
+    if model is None:
+        return CachedCausalLM.default(device, dtype=DTYPES[dtype])
+    return CachedCausalLM.from_pretrained(model, device, dtype=DTYPES[dtype])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="local HF model directory or .gguf file (default: embedded SmolLM2-135M)",
+    )
+    ap.add_argument(
+        "--dtype", choices=sorted(DTYPES), default="float32", help="model and K/V dtype"
+    )
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, ...")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     ap.add_argument("--repeats", type=int, default=2, help="timed repetitions, best kept")
     ap.add_argument("--particles", type=int, default=16)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--tree-steps", type=int, default=32)
+    ap.add_argument("--tree-steps", type=int, default=32, help="0 skips the tree workload (b)")
     args = ap.parse_args()
+    for name in ("particles", "prompt_len", "new_tokens", "repeats", "threads"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be a positive integer")
+    if args.tree_steps < 0:
+        ap.error("--tree-steps must be >= 0")
 
     torch.set_num_threads(args.threads)
+    lm = load_lm(args.model, args.dtype, args.device)
+    limit = lm._max_positions
+    if limit is not None and args.prompt_len + max(args.new_tokens, args.tree_steps) > limit:
+        ap.error(f"--prompt-len + --new-tokens must not exceed the model's {limit} positions")
     print(
-        f"torch.set_num_threads({args.threads}); torch {torch.__version__}; best of {args.repeats}"
+        f"torch.set_num_threads({args.threads}); torch {torch.__version__}; best of {args.repeats}; "
+        f"model {args.model or 'embedded SmolLM2-135M'} {args.dtype} on {lm.device}"
     )
-    lm = CachedCausalLM.default()
     gather(lm, [lm.encode("warm up")])  # first-call overheads
 
     dec = bench_decode(lm, args.particles, args.prompt_len, args.new_tokens, args.repeats)
@@ -245,17 +326,29 @@ def main() -> None:
             f"  {label} ratio   CachedCausalLM / generate       = {ours[key] / gen[key]:.3f}  (goal <= 1.15)"
         )
         print(f"  {label} ratio   CachedCausalLM / manual KV loop = {ours[key] / man[key]:.3f}")
+    print(
+        f"  decode ratio CachedCausalLM / DynamicCache decode steps = {ours['decode'] / man['decode']:.3f} wall, "
+        f"{ours['decode_cpu'] / man['decode_cpu']:.3f} CPU"
+    )
+    print(
+        f"  prefill ratio CachedCausalLM / DynamicCache prefill     = {ours['prefill'] / man['prefill']:.3f}"
+    )
     print(f"  tokens ratio CachedCausalLM / generate      = {ours['tokens'] / gen['tokens']:.3f}")
 
-    tree = bench_tree(lm, args.particles, args.prompt_len, args.tree_steps, args.repeats)
-    print_table(
-        f"(b) resampling tree: {args.particles} particles, {args.tree_steps} steps, {args.prompt_len}-token prompt",
-        tree,
-    )
-    base, ours = tree
-    print(f"  wall speedup no sharing / CachedCausalLM     = {base['time'] / ours['time']:.2f}x")
-    print(f"  CPU speedup  no sharing / CachedCausalLM     = {base['cpu'] / ours['cpu']:.2f}x")
-    print(f"  tokens ratio CachedCausalLM / no sharing     = {ours['tokens'] / base['tokens']:.3f}")
+    if args.tree_steps:
+        tree = bench_tree(lm, args.particles, args.prompt_len, args.tree_steps, args.repeats)
+        print_table(
+            f"(b) resampling tree: {args.particles} particles, {args.tree_steps} steps, {args.prompt_len}-token prompt",
+            tree,
+        )
+        base, ours = tree
+        print(
+            f"  wall speedup no sharing / CachedCausalLM     = {base['time'] / ours['time']:.2f}x"
+        )
+        print(f"  CPU speedup  no sharing / CachedCausalLM     = {base['cpu'] / ours['cpu']:.2f}x")
+        print(
+            f"  tokens ratio CachedCausalLM / no sharing     = {ours['tokens'] / base['tokens']:.3f}"
+        )
     print(f"\n{lm.stats}")
 
 

@@ -41,7 +41,7 @@ async def token_masking(lm, prompt: str, constraint, max_tokens: int, greedy: bo
             stuck.append(f"{text[-12:]!r} ({allowed_mass:.2f})")
         masked = log_probs.masked_fill(~mask, -math.inf)  # (V,)
         token = int(masked.argmax()) if greedy else sample_index(masked, rng)
-        if token == lm.eos_token_id:
+        if token in lm.eos_token_ids:
             break
         ctx.extend(token)
         text += lm.vocab[token]

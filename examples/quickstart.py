@@ -29,7 +29,7 @@ class NoLongWords(Model):
         token = await self.sample(self.context.next_token())
         words = re.findall(r"[A-Za-z]+", str(self.context))
         self.condition(all(len(w) <= self.max_letters for w in words))
-        if token == self.context.lm.eos_token_id or len(self.context.generated) >= self.max_tokens:
+        if token in self.context.lm.eos_token_ids or len(self.context.generated) >= self.max_tokens:
             self.finish()
 
 

@@ -33,9 +33,15 @@ class LMContext:
     Parameters
     ----------
     lm : LanguageModel
-    prompt : str | Sequence[int]
+    prompt : str | Sequence[int] | None
         Text (encoded with ``lm.encode``) or token ids. ``lm.bos_token_id`` is
         prepended when the LM has one. Must be non-empty when it has none.
+        Give either ``prompt`` or ``messages``.
+    messages : list[dict] | None
+        A chat, e.g. ``[{"role": "user", "content": "Hi!"}]``, rendered with the
+        model's chat template up to the assistant's turn
+        (:meth:`~llamppl.lm.base.LanguageModel.apply_chat_template`). The reply
+        ends with any of ``lm.eos_token_ids`` (e.g. ``<|im_end|>``).
     temp : float
         Temperature τ > 0: ``next_token()`` draws from ``softmax(log p / τ)`` and its
         ``log_prob`` is that tempered probability.
@@ -48,16 +54,26 @@ class LMContext:
         Number of prompt tokens at the start of ``tokens``.
     """
 
-    def __init__(self, lm: LanguageModel, prompt: str | Sequence[int], temp: float = 1.0) -> None:
+    def __init__(
+        self,
+        lm: LanguageModel,
+        prompt: str | Sequence[int] | None = None,
+        temp: float = 1.0,
+        *,
+        messages: Sequence[dict] | None = None,
+    ) -> None:
         if not isinstance(lm, LanguageModel):
             raise TypeError(f"lm must be a LanguageModel, got {type(lm).__name__}")
         if not (isinstance(temp, (int, float)) and math.isfinite(temp) and temp > 0):
             raise ValueError(f"temp must be a positive finite number, got {temp!r}")
-        ids = (
-            list(lm.encode(prompt))
-            if isinstance(prompt, str)
-            else list(validate_token_ids(prompt, lm.vocab_size, "prompt"))
-        )
+        if (prompt is None) == (messages is None):
+            raise ValueError("give exactly one of prompt (text or token ids) and messages (a chat)")
+        if messages is not None:
+            ids = list(lm.apply_chat_template(_check_messages(messages)))
+        elif isinstance(prompt, str):
+            ids = list(lm.encode(prompt))
+        else:
+            ids = list(validate_token_ids(prompt, lm.vocab_size, "prompt"))
         bos = lm.bos_token_id
         if bos is not None and (not ids or ids[0] != bos):
             ids.insert(0, bos)
@@ -92,8 +108,8 @@ class LMContext:
 
     @property
     def finished(self) -> bool:
-        """Whether the last token is EOS."""
-        return len(self.tokens) > self.prompt_length and self.tokens[-1] == self.lm.eos_token_id
+        """Whether the last token ends the sequence (is one of ``lm.eos_token_ids``)."""
+        return len(self.tokens) > self.prompt_length and self.tokens[-1] in self.lm.eos_token_ids
 
     def extend(self, token_id: int) -> None:
         """Append a token (clears any pending mask)."""
@@ -133,6 +149,23 @@ class LMContext:
         out = torch.zeros(V, dtype=torch.bool, device=device)
         out[list(ids)] = True
         return out
+
+
+def _check_messages(messages: object) -> list[dict]:
+    """``messages`` as a list of ``{"role": str, "content": ...}`` dicts, or a clear error."""
+    if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Sequence):
+        raise TypeError(
+            'messages must be a list of {"role": ..., "content": ...} dicts, '
+            f"got {type(messages).__name__}"
+        )
+    if not messages:
+        raise ValueError("messages must contain at least one message")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or "content" not in m:
+            raise TypeError(
+                f'messages[{i}] must be a dict with a str "role" and a "content", got {m!r}'
+            )
+    return list(messages)
 
 
 class LMNextToken(Distribution):

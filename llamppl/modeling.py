@@ -17,7 +17,7 @@ All four reduce to :meth:`Model.score` on the particle's log ``weight``::
         async def step(self):
             token = await self.sample(self.context.next_token())
             self.condition(all(len(w) <= 5 for w in str(self.context).split()))
-            if token == self.context.lm.eos_token_id:
+            if token in self.context.lm.eos_token_ids:
                 self.finish()
 
 A plain ``def step(self)`` whose ``self.sample`` returns the value directly

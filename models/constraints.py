@@ -13,7 +13,7 @@ that appending token ``w`` appends exactly ``lm.vocab[w]``):
 ``constraint.allowed_mask(lm, s) -> torch.Tensor``
     The ``(V,)`` boolean vector ``[1_C(s w)]_w`` on ``lm.device``: entry ``w`` is
     ``constraint(s + lm.vocab[w])`` for ordinary tokens and
-    ``constraint(s) and constraint.accepts_end(s)`` for ``lm.eos_token_id``.
+    ``constraint(s) and constraint.accepts_end(s)`` for every id in ``lm.eos_token_ids``.
     This is the mask of the token-masking proposal M'_t and its potential
     G'_t = Σ_w p(w) 1_C(s w).
 
@@ -160,7 +160,7 @@ class Constraint:
         mask = torch.zeros(lm.vocab_size, dtype=torch.bool)
         if self(text):
             mask = torch.tensor([bool(self(text + t)) for t in lm.vocab], dtype=torch.bool)
-            mask[lm.eos_token_id] = self.accepts_end(text)
+            mask[list(lm.eos_token_ids)] = self.accepts_end(text)
         return mask.to(lm.device)
 
     def __and__(self, other: object) -> AllOf:
@@ -245,7 +245,7 @@ class MaxWordLength(Constraint):
         stats = lm_table(lm, "word_stats", _word_stats)
         r = _trailing_run(text)
         mask = (stats["longest"] <= self.n) & (stats["lead"] <= self.n - r)  # (V,)
-        mask[lm.eos_token_id] = True
+        mask[list(lm.eos_token_ids)] = True
         return mask
 
     def __repr__(self) -> str:
@@ -323,7 +323,7 @@ class BannedWords(Constraint):
                 ids = tables["lead_ids"].get(word[len(pending) :])
                 if ids is not None:
                     mask[ids] = False
-        mask[lm.eos_token_id] = self.accepts_end(text)
+        mask[list(lm.eos_token_ids)] = self.accepts_end(text)
         return mask
 
     def __repr__(self) -> str:
@@ -403,7 +403,7 @@ class RegexPrefix(Constraint):
                 allowed += [i for i, t in members if partial(text + t, partial=True) is not None]
         mask = torch.zeros(lm.vocab_size, dtype=torch.bool)
         mask[allowed] = True
-        mask[lm.eos_token_id] = self(text) and self.accepts_end(text)
+        mask[list(lm.eos_token_ids)] = self(text) and self.accepts_end(text)
         return mask.to(lm.device)
 
     def __repr__(self) -> str:

@@ -132,7 +132,7 @@ class HardConstraint(Model):
         else:
             token = await self.sample(ctx.next_token())  # M_t = p
             self.condition(self._allowed(token))  # G_t = 1_C(s w)
-        if token == lm.eos_token_id:
+        if token in lm.eos_token_ids:
             self.finish()
             return
         self.text += lm.vocab[int(token)]
@@ -140,7 +140,7 @@ class HardConstraint(Model):
             self.finish()
 
     def _allowed(self, token: Token) -> bool:
-        if token == self.context.lm.eos_token_id:
+        if token in self.context.lm.eos_token_ids:
             return self.constraint.accepts_end(self.text)
         return self.constraint(self.text + self.context.lm.vocab[int(token)])
 

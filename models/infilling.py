@@ -105,7 +105,7 @@ class TruncatedGeometric(Distribution):
 
 def _not_eos_mask(lm: LanguageModel) -> torch.Tensor:
     mask = torch.ones(lm.vocab_size, dtype=torch.bool, device=lm.device)  # (V,)
-    mask[lm.eos_token_id] = False
+    mask[list(lm.eos_token_ids)] = False
     return mask
 
 
@@ -198,7 +198,7 @@ class Infilling(Model):
         last = len(self.holes) == len(self.fragments)
         fragment = list(self.fragments[len(self.holes) - 1])
         if last and self.eos:
-            fragment.append(ctx.lm.eos_token_id)
+            fragment.append(ctx.lm.eos_token_id)  # scored as P(any of lm.eos_token_ids)
         await self._observe_tokens(fragment)  # G_t *= ∏_i p(x_t^i | s h_t x_t^{<i})
         if last:
             self.finish()
@@ -210,7 +210,14 @@ class Infilling(Model):
         log_probs = await asyncio.gather(
             *(ctx.lm.next_token_logprobs(base + tokens[:i]) for i in range(len(tokens)))
         )  # len(tokens) × (V,)
-        self.score(sum(float(lp[tok]) for lp, tok in zip(log_probs, tokens)))
+        eos = ctx.lm.eos_token_id
+        ends = list(ctx.lm.eos_token_ids)
+        self.score(
+            sum(
+                float(torch.logsumexp(lp[ends], 0)) if tok == eos else float(lp[tok])
+                for lp, tok in zip(log_probs, tokens)
+            )
+        )  # the string ends with any end token (chat models have several)
         for tok in tokens:
             ctx.extend(tok)
 
@@ -221,6 +228,6 @@ class Infilling(Model):
     def string_for_serialization(self) -> str:
         """The whole filled-in text x_0 h_1 x_1 ... h_n x_n (EOS not shown)."""
         ids = self.context.generated
-        if ids and ids[-1] == self.context.lm.eos_token_id:
+        if ids and ids[-1] in self.context.lm.eos_token_ids:
             ids = ids[:-1]
         return self.prefix + self.context.lm.decode(ids)

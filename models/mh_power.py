@@ -92,7 +92,7 @@ async def _draw(
         out.tokens.append(v)
         out.lp.append(float(log_p[v]))
         out.lq.append(float(log_q[v]))
-        if v == lm.eos_token_id:
+        if v in lm.eos_token_ids:
             break
     return out
 
@@ -137,7 +137,7 @@ async def mh_power_sampling(
     moves = check_nonnegative_int("n_mh_steps", n_mh_steps)
     rng = make_rng(seed)
     context = prompt_ids(lm, prompt)
-    eos = lm.eos_token_id
+    eos = lm.eos_token_ids
     bounds = sorted(
         {min(k * block, max_tokens) for k in range(1, math.ceil(max_tokens / block) + 1)}
     )
@@ -147,7 +147,7 @@ async def mh_power_sampling(
     trace: list[tuple[int, ...]] | None = [] if keep_trace else None
     k = 0
     while True:
-        ended = bool(y.tokens) and y.tokens[-1] == eos
+        ended = bool(y.tokens) and y.tokens[-1] in eos
         if ended:
             k = len(bounds) - 1  # cannot grow any more: go to the last block
         limit = bounds[k]

@@ -107,7 +107,7 @@ class Generation:
 
 
 def _generation(lm: LanguageModel, tokens: list[int], log_likelihood: float) -> Generation:
-    body = tokens[:-1] if tokens and tokens[-1] == lm.eos_token_id else tokens
+    body = tokens[:-1] if tokens and tokens[-1] in lm.eos_token_ids else tokens
     return Generation(list(tokens), lm.decode(body), float(log_likelihood))
 
 
@@ -197,7 +197,7 @@ class PowerSampling(Model):
         self.score(a * lp_v - float(log_q[v]))  # G_t: eq. 8, ω_t = p(y_t)^α(t) / q_t(y_t)
         self.log_likelihood += lp_v
         self.context.extend(v)
-        if v == self.lm.eos_token_id or t >= self.max_tokens:
+        if v in self.lm.eos_token_ids or t >= self.max_tokens:
             if self.stage_alpha != self.alpha:  # ended while ramping: last boundary update
                 self.score((self.alpha - self.stage_alpha) * self.log_likelihood)
                 self.stage_alpha = self.alpha
@@ -301,6 +301,6 @@ async def low_temperature_decode(
         v = sample_index(alpha * log_p, rng)
         log_likelihood += float(log_p[v])
         tokens.append(v)
-        if v == lm.eos_token_id:
+        if v in lm.eos_token_ids:
             break
     return _generation(lm, tokens, log_likelihood)

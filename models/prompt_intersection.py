@@ -102,7 +102,7 @@ class PromptIntersection(Model):
     def is_stop_token(self, token: Token) -> bool:
         """Whether generating ``token`` ends the string: EOS, or its text contains a stop string."""
         lm = self.contexts[0].lm
-        if token == lm.eos_token_id:
+        if token in lm.eos_token_ids:
             return True
         text = lm.vocab[int(token)]
         return any(s in text for s in self.stop_strings)

@@ -156,7 +156,7 @@ def _check_reward(reward: object) -> Reward:
 
 
 def _text(lm: LanguageModel, tokens: Sequence[int]) -> str:
-    body = tokens[:-1] if tokens and tokens[-1] == lm.eos_token_id else tokens
+    body = tokens[:-1] if tokens and tokens[-1] in lm.eos_token_ids else tokens
     return lm.decode(list(body))
 
 
@@ -186,7 +186,7 @@ async def _draw_blocks(
             v = sample_index(log_p, rng)
             blocks[i].append(v)
             log_q[i] += float(log_p[v])
-        live = [i for i in live if blocks[i][-1] != lm.eos_token_id]
+        live = [i for i in live if blocks[i][-1] not in lm.eos_token_ids]
         if not live:
             break
     return blocks, log_q
@@ -273,13 +273,13 @@ async def specs(
     draft = _check_lm("draft", draft)
     if draft is not target and (
         draft.vocab_size != target.vocab_size
-        or draft.eos_token_id != target.eos_token_id
+        or draft.eos_token_ids != target.eos_token_ids
         or list(draft.vocab) != list(target.vocab)
     ):
         raise ValueError(
-            "draft must share the target's vocabulary and eos_token_id "
-            f"(target: {target.vocab_size} tokens, eos {target.eos_token_id}; "
-            f"draft: {draft.vocab_size} tokens, eos {draft.eos_token_id})"
+            "draft must share the target's vocabulary and eos_token_ids "
+            f"(target: {target.vocab_size} tokens, eos {sorted(target.eos_token_ids)}; "
+            f"draft: {draft.vocab_size} tokens, eos {sorted(draft.eos_token_ids)})"
         )
     reward = _check_reward(reward)
     n = check_positive_int("n", n)
@@ -330,7 +330,7 @@ async def specs(
             out.target_forwards += score_work
             out.reward = rewards[chosen]
             drafting = drafting or switch
-            if generated[-1] == target.eos_token_id or len(generated) >= max_tokens:
+            if generated[-1] in target.eos_token_ids or len(generated) >= max_tokens:
                 break
     out.tokens, out.text = generated, _text(target, generated)
     return out
@@ -372,10 +372,10 @@ async def beam_search(
     rng = make_rng(seed)
     prompt_text = prompt if isinstance(prompt, str) else lm.decode(list(prompt))
     ctx = list(LMContext(lm, prompt).tokens)
-    eos = lm.eos_token_id
+    eos = lm.eos_token_ids
 
     def ended(toks: list[int]) -> bool:
-        return bool(toks) and (toks[-1] == eos or len(toks) >= max_tokens)
+        return bool(toks) and (toks[-1] in eos or len(toks) >= max_tokens)
 
     beams: list[tuple[list[int], float]] = [([], -math.inf)] * beam_width
     out = BeamSearchResult("", [], math.nan)

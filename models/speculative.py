@@ -51,9 +51,9 @@ __all__ = [
 ]
 
 
-def _block_ends(block: Sequence[int], eos: int, n_max: int) -> bool:
+def _block_ends(block: Sequence[int], eos: frozenset[int], n_max: int) -> bool:
     """Whether a block of at most ``n_max`` tokens is complete: it ends with EOS or has ``n_max`` tokens."""
-    return len(block) == n_max or (len(block) > 0 and block[-1] == eos)
+    return len(block) == n_max or (len(block) > 0 and block[-1] in eos)
 
 
 class DraftBlock(Distribution):
@@ -68,7 +68,12 @@ class DraftBlock(Distribution):
     """
 
     def __init__(
-        self, draft: LanguageModel, context: Sequence[int], n_max: int, eos: int, temp: float
+        self,
+        draft: LanguageModel,
+        context: Sequence[int],
+        n_max: int,
+        eos: frozenset[int],
+        temp: float,
     ) -> None:
         self.lm, self.context, self.n_max, self.eos, self.temp = (
             draft,
@@ -136,7 +141,12 @@ class TargetBlock(Distribution):
     """
 
     def __init__(
-        self, target: LanguageModel, context: Sequence[int], n_max: int, eos: int, bonus: bool
+        self,
+        target: LanguageModel,
+        context: Sequence[int],
+        n_max: int,
+        eos: frozenset[int],
+        bonus: bool,
     ) -> None:
         self.lm, self.context, self.n_max, self.eos, self.bonus = (
             target,
@@ -163,7 +173,7 @@ class TargetBlock(Distribution):
             return -math.inf
         if not _block_ends(block, self.eos, self.n_max):
             return -math.inf
-        extra = self.bonus and block[-1] != self.eos and m == self.n_max
+        extra = self.bonus and block[-1] not in self.eos and m == self.n_max
         prefixes = [self.context + block[:i] for i in range(m + extra)]
         rows = await asyncio.gather(*(self.lm.next_token_logprobs(c) for c in prefixes))
         self.bonus_logprobs = rows[m] if extra else None
@@ -195,7 +205,7 @@ class SpeculativeDecoding(Model):
     Parameters
     ----------
     target, draft : LanguageModel
-        Same vocabulary (``vocab_size`` and ``eos_token_id``).
+        Same vocabulary (``vocab_size`` and ``eos_token_ids``).
     prompt : str | Sequence[int]
         Text (encoded by the target) or token ids.
     k : int
@@ -238,7 +248,7 @@ class SpeculativeDecoding(Model):
         return self.context.lm
 
     async def step(self) -> None:
-        eos, ctx = self.target.eos_token_id, self.context.tokens
+        eos, ctx = self.target.eos_token_ids, self.context.tokens
         n_max = min(self.k, self.max_tokens - len(self.context.generated))
         room_for_bonus = len(self.context.generated) + n_max < self.max_tokens
         p = TargetBlock(self.target, ctx, n_max, eos, bonus=room_for_bonus)
@@ -251,14 +261,14 @@ class SpeculativeDecoding(Model):
         self.log_likelihood += float(p.rows.gather(1, idx[:, None]).sum())
         for t in block:
             self.context.extend(t)
-        if block[-1] == eos or len(self.context.generated) >= self.max_tokens:
+        if block[-1] in eos or len(self.context.generated) >= self.max_tokens:
             self.finish()
             return
         bonus = await self.sample(TokenCategorical(self.target, p.bonus_logprobs))  # weight 1
         v = bonus.token_id
         self.log_likelihood += float(p.bonus_logprobs[v])
         self.context.extend(v)
-        if v == eos or len(self.context.generated) >= self.max_tokens:
+        if v in eos or len(self.context.generated) >= self.max_tokens:
             self.finish()
 
     @staticmethod
@@ -292,10 +302,10 @@ def check_pair(target: object, draft: object) -> None:
             f"draft must share the target's vocabulary: draft vocab_size {draft.vocab_size} "
             f"!= target vocab_size {target.vocab_size}"
         )
-    if draft.eos_token_id != target.eos_token_id:
+    if draft.eos_token_ids != target.eos_token_ids:
         raise ValueError(
-            f"draft must share the target's EOS token: draft eos_token_id {draft.eos_token_id} "
-            f"!= target eos_token_id {target.eos_token_id}"
+            f"draft must share the target's EOS tokens: draft eos_token_ids "
+            f"{sorted(draft.eos_token_ids)} != target eos_token_ids {sorted(target.eos_token_ids)}"
         )
 
 

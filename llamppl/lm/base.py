@@ -66,7 +66,11 @@ class LanguageModel:
     vocab : list[str]
         Decoded text of each token id (``vocab[i]`` for id ``i``).
     eos_token_id : int
-        Id of the end-of-sequence token.
+        Id of the primary end-of-sequence token.
+    eos_token_ids : frozenset[int]
+        Every id that ends a sequence: ``eos_token_id`` plus any other end-of-turn
+        token (chat models list several in their generation config). Test
+        "the sequence ended" with ``token in lm.eos_token_ids``.
     bos_token_id : int | None
         Id prepended to every context by :class:`~llamppl.LMContext`, or None.
     batch_calls : int
@@ -76,6 +80,7 @@ class LanguageModel:
     vocab: list[str]
     eos_token_id: int
     bos_token_id: int | None = None
+    _extra_eos_ids: frozenset[int] = frozenset()  # end tokens besides eos_token_id
 
     def __init__(self) -> None:
         self.batch_calls = 0
@@ -93,6 +98,24 @@ class LanguageModel:
     def device(self) -> torch.device:
         """Device of the returned log-probability tensors."""
         return torch.device("cpu")
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """Every token id that ends a sequence; always contains ``eos_token_id``."""
+        return self._extra_eos_ids | {self.eos_token_id}
+
+    @property
+    def byte_vocab(self) -> list[bytes]:
+        """Bytes each token id appends (UTF-8 of ``vocab[i]`` unless a backend knows better)."""
+        return [v.encode("utf-8") for v in self.vocab]
+
+    def apply_chat_template(self, messages: Sequence[dict]) -> list[int]:
+        """Token ids of ``messages`` rendered by the model's chat template, ending with the
+        assistant's generation prompt (backends that have a template override this)."""
+        raise TypeError(
+            f"{type(self).__name__} has no chat template: pass a prompt string or token ids "
+            "instead of messages"
+        )
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no BOS added)."""

@@ -66,7 +66,7 @@ import torch
 
 from .base import LanguageModel
 from .hf_arch import inspect_architecture
-from .hf_vocab import bos_id, build_vocab, eos_id
+from .hf_vocab import bos_id, build_vocab, eos_ids
 from .kv_pool import KVPool, PoolCache, PoolLayer
 from .trie import TokenTrie, TrieNode
 
@@ -289,8 +289,9 @@ class CachedCausalLM(LanguageModel):
         self._logprob_lru: OrderedDict[TrieNode, None] = OrderedDict()
         self.stats = CacheStats()
 
-        self.vocab, self.vocab_bytes, self._byte_level = build_vocab(tokenizer, self._vocab_size)
-        self.eos_token_id = eos_id(tokenizer, hf_model, self._vocab_size)
+        self.vocab, self.vocab_bytes, self._join_bytes = build_vocab(tokenizer, self._vocab_size)
+        self.eos_token_id, eos_set = eos_ids(tokenizer, hf_model, self._vocab_size)
+        self._extra_eos_ids = eos_set - {self.eos_token_id}
         self.bos_token_id = bos_id(tokenizer)
 
         if verify:
@@ -445,7 +446,7 @@ class CachedCausalLM(LanguageModel):
         """Text of ``token_ids`` (special tokens included as their text)."""
         if isinstance(token_ids, torch.Tensor):
             token_ids = token_ids.tolist()
-        if self._byte_level:
+        if self._join_bytes:  # byte-level BPE: the bytes are the decode (hf_vocab)
             vb = self.vocab_bytes
             try:
                 return b"".join(vb[i] for i in token_ids).decode("utf-8", errors="replace")
@@ -455,6 +456,28 @@ class CachedCausalLM(LanguageModel):
                 validate_token_ids(token_ids, self.vocab_size)
                 raise
         return self.tokenizer.decode(list(token_ids), clean_up_tokenization_spaces=False)
+
+    @property
+    def byte_vocab(self) -> list[bytes]:
+        """Exact bytes each token id appends (``vocab_bytes``; see :mod:`llamppl.lm.hf_vocab`)."""
+        return self.vocab_bytes
+
+    def apply_chat_template(self, messages: Sequence[dict]) -> list[int]:
+        """Token ids of ``messages`` rendered by the tokenizer's chat template with the
+        generation prompt (the text up to where the assistant's reply begins).
+
+        Raises ``ValueError`` if the tokenizer has no chat template (a base model).
+        """
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(
+                f"the tokenizer of {type(self.model).__name__} has no chat template "
+                "(a base model?): pass a prompt string instead of messages"
+            )
+        text = self.tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=False
+        )
+        # The template writes BOS and role markers itself: add no special tokens again.
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def clear_cache(self) -> None:
         """Drop every cached token and log-prob vector (counters other than the gauge stay)."""

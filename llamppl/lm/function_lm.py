@@ -38,6 +38,9 @@ class FunctionLM(LanguageModel):
         ``-inf`` (impossible tokens) but not NaN, and not be all ``-inf``.
     bos_token_id : int | None
         Optional id that :class:`~llamppl.LMContext` prepends to prompts.
+    eos_token_ids : Sequence[int] | None
+        Further ids that also end a sequence (like a chat model's end-of-turn
+        tokens); ``lm.eos_token_ids`` is their set plus ``eos_token_id``.
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class FunctionLM(LanguageModel):
         eos_token_id: int,
         logits_fn: Callable[[tuple[int, ...]], Sequence[float]],
         bos_token_id: int | None = None,
+        eos_token_ids: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         if isinstance(vocab, str) or not isinstance(vocab, Sequence) or len(vocab) == 0:
@@ -61,6 +65,9 @@ class FunctionLM(LanguageModel):
         if bos_token_id is not None:
             (bos_token_id,) = validate_token_ids([bos_token_id], len(vocab), "bos_token_id")
         self.bos_token_id = bos_token_id
+        if eos_token_ids is not None:
+            extra = validate_token_ids(eos_token_ids, len(vocab), "eos_token_ids")
+            self._extra_eos_ids = frozenset(extra) - {self.eos_token_id}
         self.logits_fn = logits_fn
         self._cache: dict[tuple[int, ...], torch.Tensor] = {}
         self._by_length = sorted(range(len(vocab)), key=lambda i: -len(vocab[i]))

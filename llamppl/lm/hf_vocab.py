@@ -1,18 +1,34 @@
 """Token tables of a Hugging Face tokenizer: exact text and bytes of every id, EOS and BOS ids.
 
 ``CachedCausalLM`` needs ``vocab[i]`` (the text token ``i`` appends) for every id,
-built once and fast. Byte-level BPE (GPT-2, LLaMA-3, SmolLM) and SentencePiece
-vocabularies are mapped exactly from their pieces; any other tokenizer falls back
-to decoding each id on its own::
+built once and fast. Byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM) and SentencePiece
+vocabularies with byte fallback (Llama 2, Mistral, Gemma: ``▁`` for spaces,
+``<0x0A>`` byte tokens) are mapped exactly from their pieces; any other tokenizer
+falls back to decoding each id on its own::
 
-    vocab, vocab_bytes, exact = build_vocab(tokenizer, model.config.vocab_size)
+    vocab, byte_vocab, join_bytes = build_vocab(tokenizer, model.config.vocab_size)
+
+Conventions (what constraints see):
+
+- ``byte_vocab[i]`` is the exact bytes token ``i`` appends to a non-empty context
+  (``b" the"`` for ``Ġthe`` or ``▁the``, ``b"\n"`` for ``<0x0A>``, ``b"\xc3"`` for
+  a byte that begins ``é``). Special and added tokens give their UTF-8 text.
+- ``vocab[i]`` is ``byte_vocab[i]`` decoded as UTF-8. A token that holds only part
+  of a multi-byte character (``<0xC3>``, GPT-2's ``Ã``) cannot be shown alone and is
+  ``"\ufffd"`` there; to read text across such tokens, join ``byte_vocab`` entries
+  first and decode once (``b"\xc3" + b"\xa9"`` → ``"é"``).
+- SentencePiece decoders drop the one leading space of a whole sequence
+  (``▁Paris`` alone decodes to ``"Paris"``); ``vocab`` keeps it, since after a
+  prompt the space is really there. ``join_bytes`` tells whether
+  ``b"".join(byte_vocab[i] for i in ids).decode("utf-8", "replace")`` equals the
+  tokenizer's own decode (byte-level BPE: yes); otherwise decode with the tokenizer.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["build_vocab", "eos_id", "bos_id"]
+__all__ = ["build_vocab", "eos_ids", "bos_id"]
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -44,7 +60,9 @@ def _decoder_kind(tokenizer: Any) -> str:
 
 
 def build_vocab(tokenizer: Any, size: int) -> tuple[list[str], list[bytes], bool]:
-    """Text and exact bytes of every token id; ids past the tokenizer get ``""``."""
+    """``(vocab, byte_vocab, join_bytes)``: text and exact bytes of every token id (ids past
+    the tokenizer get ``""``), and whether joining bytes reproduces the tokenizer's decode
+    (module docstring)."""
     n = min(size, len(tokenizer))
     pieces = tokenizer.convert_ids_to_tokens(list(range(n)))
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
@@ -61,7 +79,7 @@ def build_vocab(tokenizer: Any, size: int) -> tuple[list[str], list[bytes], bool
                 out_bytes.append(piece.encode("utf-8"))
             else:
                 out_bytes.append(bytes(table[ch] for ch in piece))
-        exact = True
+        join_bytes = True
     elif kind == "sentencepiece":
         for i, piece in enumerate(pieces):
             if piece is None:
@@ -77,27 +95,44 @@ def build_vocab(tokenizer: Any, size: int) -> tuple[list[str], list[bytes], bool
                 out_bytes.append(piece.encode("utf-8"))
             else:
                 out_bytes.append(piece.replace("▁", " ").encode("utf-8"))
-        exact = True
+        join_bytes = False  # the decoder strips a leading space and fuses byte runs itself
     else:
         texts = tokenizer.batch_decode([[i] for i in range(n)], clean_up_tokenization_spaces=False)
         out_bytes = [t.encode("utf-8") for t in texts]
-        exact = False
+        join_bytes = False
     out_bytes += [b""] * (size - n)
     vocab = [b.decode("utf-8", errors="replace") for b in out_bytes]
-    return vocab, out_bytes, exact
+    return vocab, out_bytes, join_bytes
 
 
-def eos_id(tokenizer: Any, model: Any, size: int) -> int:
-    eos = getattr(tokenizer, "eos_token_id", None)
-    if eos is None:
-        eos = getattr(model.config, "eos_token_id", None)
-        if isinstance(eos, (list, tuple)):
-            eos = eos[0] if eos else None
-    if eos is None or not 0 <= int(eos) < size:
+def _ids(value: Any) -> list[int]:
+    """An id or a list of ids from a config field, as a list (``None`` gives ``[]``)."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [int(v) for v in value if v is not None]
+    return [int(value)]
+
+
+def eos_ids(tokenizer: Any, model: Any, size: int) -> tuple[int, frozenset[int]]:
+    """``(primary EOS id, every id that ends a sequence)``.
+
+    The primary id is the tokenizer's ``eos_token_id`` (else the first id the
+    generation config, then the model config, lists). The set adds every id in
+    ``model.generation_config.eos_token_id`` and ``model.config.eos_token_id``
+    (an int or a list: chat models end a turn with e.g. ``<|im_end|>`` or
+    ``<|eot_id|>`` as well as ``<|end_of_text|>``). Ids outside ``[0, size)`` are dropped.
+    """
+    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    cfg = getattr(getattr(model, "config", None), "eos_token_id", None)
+    candidates = _ids(getattr(tokenizer, "eos_token_id", None)) + _ids(gen) + _ids(cfg)
+    valid = [i for i in candidates if 0 <= i < size]
+    if not valid:
         raise ValueError(
-            f"could not find a valid eos_token_id (got {eos!r}) for a vocabulary of {size}"
+            f"could not find a valid eos_token_id (tokenizer, generation config and model config "
+            f"give {candidates!r}) for a vocabulary of {size}"
         )
-    return int(eos)
+    return valid[0], frozenset(valid)
 
 
 def bos_id(tokenizer: Any) -> int | None:
