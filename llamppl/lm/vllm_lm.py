@@ -53,7 +53,7 @@ from typing import Any
 import torch
 
 from .base import LanguageModel, validate_token_ids
-from .hf_vocab import bos_id, build_vocab, eos_id
+from .hf_vocab import bos_id, build_vocab, eos_ids
 
 __all__ = ["VLLMLM", "VLLMStats", "import_vllm"]
 
@@ -231,10 +231,16 @@ class VLLMLM(LanguageModel):
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
             raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r}")
         self._vocab_size = vocab_size
-        self.vocab, self.vocab_bytes, self._byte_level = build_vocab(self.tokenizer, vocab_size)
+        self.vocab, self.vocab_bytes, self._join_bytes = build_vocab(self.tokenizer, vocab_size)
         hf_config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
         hf_config = getattr(hf_config, "hf_config", None) or SimpleNamespace(eos_token_id=None)
-        self.eos_token_id = eos_id(self.tokenizer, SimpleNamespace(config=hf_config), vocab_size)
+        gen_config = SimpleNamespace(eos_token_id=getattr(hf_config, "eos_token_id", None))
+        self.eos_token_id, eos_set = eos_ids(
+            self.tokenizer,
+            SimpleNamespace(config=hf_config, generation_config=gen_config),
+            vocab_size,
+        )
+        self._extra_eos_ids = eos_set - {self.eos_token_id}
         self.bos_token_id = bos_id(self.tokenizer)
         self.max_cached_logprobs = max_cached_logprobs
         self._memo: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
@@ -348,7 +354,7 @@ class VLLMLM(LanguageModel):
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of ``token_ids``."""
         ids = validate_token_ids(token_ids, self.vocab_size)
-        if self._byte_level:
+        if self._join_bytes:
             return b"".join(self.vocab_bytes[i] for i in ids).decode("utf-8", errors="replace")
         return self.tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
 
