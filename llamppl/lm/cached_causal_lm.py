@@ -64,6 +64,7 @@ from typing import Any
 
 import torch
 
+from ..validation import check_nonnegative_int
 from .base import LanguageModel
 from .hf_arch import inspect_architecture
 from .hf_vocab import bos_id, build_vocab, eos_ids
@@ -210,14 +211,7 @@ class CachedCausalLM(LanguageModel):
             )
         if dtype is not None and not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype or None, got {dtype!r}")
-        if (
-            isinstance(max_cached_logprobs, bool)
-            or not isinstance(max_cached_logprobs, int)
-            or max_cached_logprobs < 0
-        ):
-            raise ValueError(
-                f"max_cached_logprobs must be a non-negative integer, got {max_cached_logprobs!r}"
-            )
+        max_cached_logprobs = check_nonnegative_int("max_cached_logprobs", max_cached_logprobs)
 
         param = next(hf_model.parameters())
         split = bool(getattr(hf_model, "hf_device_map", None))  # placed by accelerate: leave it

@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+from ..validation import check_nonnegative_int
 from .base import LanguageModel, validate_token_ids
 from .hf_vocab import bos_id, build_vocab, eos_ids
 
@@ -215,14 +216,7 @@ class VLLMLM(LanguageModel):
             raise TypeError(f"llm must be a vllm.LLM engine, got {type(llm).__name__}")
         if capture not in _CAPTURE_MODES:
             raise ValueError(f"capture must be one of {_CAPTURE_MODES}, got {capture!r}")
-        if (
-            isinstance(max_cached_logprobs, bool)
-            or not isinstance(max_cached_logprobs, int)
-            or max_cached_logprobs < 0
-        ):
-            raise ValueError(
-                f"max_cached_logprobs must be a non-negative integer, got {max_cached_logprobs!r}"
-            )
+        max_cached_logprobs = check_nonnegative_int("max_cached_logprobs", max_cached_logprobs)
         self.llm = llm
         self.capture = capture
         self.tokenizer = tokenizer if tokenizer is not None else llm.get_tokenizer()
