@@ -71,5 +71,5 @@ def __getattr__(name: str):
     if name in _INFERENCE_NAMES:
         import importlib
 
-        return getattr(importlib.import_module("inference"), name)
+        return getattr(importlib.import_module(".inference", __name__), name)
     raise AttributeError(f"module 'llamppl' has no attribute {name!r}")
