@@ -9,7 +9,7 @@ Write a :class:`Model` subclass whose ``step`` uses ``sample`` / ``observe`` /
     result = run(smc_steer(MyModel(lm, "The Fed says"), n_particles=8, n_beam=3, seed=0))
 """
 
-from .chunks import sample_word
+from .chunks import sample_word, sample_word_2
 from .context import LMContext, LMNextToken, LMTokenMask
 from .distributions import (
     Bernoulli,
@@ -57,6 +57,7 @@ __all__ = [
     "SubModel",
     "submodel",
     "sample_word",
+    "sample_word_2",
     *_INFERENCE_NAMES,
 ]
 

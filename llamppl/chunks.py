@@ -18,9 +18,11 @@ Returns ``(word, punctuation)``, both strings.
 
 from __future__ import annotations
 
+import torch
+
 from .submodel import submodel
 
-__all__ = ["sample_word"]
+__all__ = ["sample_word", "sample_word_2"]
 
 _NO_SPACE_NEEDED = ("", " ", "\n", "\t", "-", "'", '"', "(")
 
@@ -45,5 +47,55 @@ async def sample_word(self, context, max_tokens: int = 5, allow_punctuation: boo
             break
     punctuation = ""
     if allow_punctuation and await self.sample(context.mask_dist(masks.PUNCTUATION)):
+        punctuation = lm.vocab[int(await self.sample(context.next_token()))]
+    return word, punctuation
+
+
+@submodel
+async def sample_word_2(
+    self,
+    context,
+    max_chars: int | None = None,
+    allow_mid_punctuation: bool = True,
+    allow_end_punctuation: bool = True,
+):
+    """Sample one word of at most ``max_chars`` letters, then optional punctuation; ``(word, punctuation)``.
+
+    Like :func:`sample_word`, but the length limit is in characters and is a
+    mask (tokens that would overflow are never proposed, so no particle dies
+    of it); the punctuation, if any, is one ``MID_PUNCTUATION`` token (``,:;``)
+    and/or ``END_SENTENCE_PUNCT`` token (``.!?``), as allowed.
+    """
+    if max_chars is not None and (
+        isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1
+    ):
+        raise ValueError(f"max_chars must be a positive int or None, got {max_chars!r}")
+    lm, masks = context.lm, context.lm.masks
+    last = lm.vocab[context.tokens[-1]][-1:] if context.tokens else ""
+    start = masks.CONTINUES_CURRENT_WORD if last in _NO_SPACE_NEEDED else masks.STARTS_NEW_WORD
+    cont = masks.CONTINUES_CURRENT_WORD.tensor
+
+    def fitting(mask, used):
+        if max_chars is None:
+            return mask.tensor if hasattr(mask, "tensor") else mask
+        m = mask.tensor if hasattr(mask, "tensor") else mask
+        return m & masks.token_length_mask(max=max_chars - used).tensor
+
+    await self.observe(context.mask_dist(fitting(start, 0)), True)
+    word = lm.vocab[int(await self.sample(context.next_token()))]
+    while True:
+        more = fitting(cont, len(word.strip()))
+        if not bool(more.any()):
+            break
+        if not await self.sample(context.mask_dist(more)):
+            break
+        word += lm.vocab[int(await self.sample(context.next_token()))]
+    punct = torch.zeros_like(cont)
+    if allow_mid_punctuation:
+        punct = punct | masks.MID_PUNCTUATION.tensor
+    if allow_end_punctuation:
+        punct = punct | masks.END_SENTENCE_PUNCT.tensor
+    punctuation = ""
+    if bool(punct.any()) and await self.sample(context.mask_dist(punct)):
         punctuation = lm.vocab[int(await self.sample(context.next_token()))]
     return word, punctuation

@@ -110,6 +110,21 @@ class VocabMasks:
         self._lm = lm
         self._cache: dict[str, TokenSet] = {}
 
+    def token_length_mask(self, min: int | None = None, max: int | None = None) -> TokenSet:
+        """Ids whose text, stripped of surrounding whitespace, has ``min <= len <= max`` characters."""
+        lm = self._lm
+
+        def lengths(lm: Any) -> torch.Tensor:
+            return torch.tensor([len(t.strip()) for t in lm.vocab], device=lm.device)
+
+        n = lm_table(lm, "stripped_lengths", lengths)
+        mask = torch.ones_like(n, dtype=torch.bool)
+        if min is not None:
+            mask &= n >= min
+        if max is not None:
+            mask &= n <= max
+        return TokenSet.from_tensor(mask)
+
     def names(self) -> list[str]:
         return [*_RULES, "END_PUNCTUATION", "EOS", "ALL_TOKENS"]
 

@@ -11,6 +11,7 @@ import torch
 
 from inference import enumerate_exact, importance_sampling
 from llamppl import FunctionLM, LMContext, Model, run, sample_word
+from llamppl.chunks import sample_word_2
 
 VOCAB = ["<eos>", " ab", " b", "a", "b", ".", ",", " "]
 
@@ -106,6 +107,33 @@ def test_sample_word_output_and_unbiased_z():
             assert 1 <= len([c for c in body if c.isalpha()]) and len(w) - len(body) <= 1
     zs = np.array(
         [math.exp(run(importance_sampling(Words(), 3, seed=s)).log_ml) for s in range(200)]
+    )
+    se = zs.std(ddof=1) / math.sqrt(zs.size)
+    assert abs(zs.mean() - math.exp(exact.log_ml)) < 4 * se
+
+
+class Words2(Model):
+    def __init__(self):
+        super().__init__()
+        self.context = LMContext(LM, [7])
+        self.words = []
+
+    async def step(self):
+        word, punct = await self.call(sample_word_2(self.context, max_chars=2))
+        self.words.append((word.strip(), punct))
+        if len(self.words) == 2:
+            self.finish()
+
+
+def test_sample_word_2_length_limit_and_unbiased_z():
+    exact = run(enumerate_exact(Words2()))
+    assert exact.log_ml > -math.inf and len(exact.particles) > 4
+    for p in exact.particles:
+        for word, punct in p.words:
+            assert 1 <= len(word) <= 2 and word.isalpha() and punct in ("", ".", ",")
+    assert LM.masks.token_length_mask(max=1) == {2, 3, 4, 5, 6, 7}  # " " strips to ""
+    zs = np.array(
+        [math.exp(run(importance_sampling(Words2(), 3, seed=s)).log_ml) for s in range(200)]
     )
     se = zs.std(ddof=1) / math.sqrt(zs.size)
     assert abs(zs.mean() - math.exp(exact.log_ml)) < 4 * se
