@@ -124,6 +124,14 @@ class LanguageModel:
 
         return masks_for(self)
 
+    def next_token_logprobs_unbatched(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """LLaMPPL name of :meth:`next_token_logprobs_sync`."""
+        return self.next_token_logprobs_sync(token_ids)
+
+    def cache_kv(self, prompt_tokens: Sequence[int]) -> None:
+        """LLaMPPL name: warm the cache with ``prompt_tokens`` (caching is otherwise automatic)."""
+        self.next_token_logprobs_sync(prompt_tokens)
+
     @property
     def batch_size(self) -> None:
         """Not used: every pending request is served in one batch (there is no size cap to set)."""

@@ -70,3 +70,11 @@ def test_resampling_adapter():
     assert systematic(np.log(w), np.random.default_rng(0)).shape == (3,)
     with pytest.raises(ValueError, match="bogus"):
         get_resampling_fn("bogus")
+
+
+def test_lm_sync_aliases():
+    ids = [0, 1, 2]
+    assert (LM.next_token_logprobs_unbatched(ids) == LM.next_token_logprobs_sync(ids)).all()
+    calls = LM.batch_calls
+    LM.cache_kv([0, 3])
+    assert LM.batch_calls == calls + 1
