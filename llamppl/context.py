@@ -86,6 +86,15 @@ class LMContext:
         return cls(lm, prompt, temp, **kw)
 
     @property
+    def model_mask(self):
+        """LLaMPPL name: ids the next token may take, after pending mask observations (read-only)."""
+        from .lm.masks import TokenSet
+
+        if self._mask is None:
+            return self.lm.masks.ALL_TOKENS
+        return TokenSet.from_tensor(self._mask)
+
+    @property
     def token_count(self) -> int:
         """Number of generated tokens (LLaMPPL name; ``len(context.generated)``)."""
         return len(self.tokens) - self.prompt_length

@@ -80,6 +80,11 @@ def test_successive_mask_observations_combine():
     # P(A) · P(B | A) = P(A ∩ B), and the token is drawn from the LM restricted to A ∩ B = {2, 3}.
     assert result.log_ml == pytest.approx(math.log(p[2] + p[3]), abs=1e-9)
     post = {q.token: w for q, w in zip(result.particles, result.weights)}
+    ctx = LMContext(LM, [7])
+    assert ctx.model_mask == set(range(len(VOCAB)))
+    run(ctx.mask_dist({1, 2, 3, 5}).log_prob(True))
+    run(ctx.mask_dist({2, 3, 4}).log_prob(True))
+    assert ctx.model_mask == {2, 3}  # LLaMPPL's name for the pending mask
     assert post == pytest.approx({2: p[2] / (p[2] + p[3]), 3: p[3] / (p[2] + p[3])}, abs=1e-9)
 
 
