@@ -20,7 +20,20 @@ import numpy as np
 
 from llamppl.weights import normalize
 
-__all__ = ["multinomial", "stratified", "systematic", "residual", "RESAMPLERS", "get_resampler"]
+__all__ = [
+    "multinomial",
+    "stratified",
+    "systematic",
+    "residual",
+    "RESAMPLERS",
+    "get_resampler",
+    "multinomial_resample",
+    "stratified_resample",
+    "systematic_resample",
+    "residual_resample",
+    "RESAMPLING_METHODS",
+    "get_resampling_fn",
+]
 
 Resampler = Callable[[np.ndarray, np.random.Generator, "int | None"], np.ndarray]
 
@@ -94,3 +107,43 @@ def get_resampler(name: str) -> Resampler:
         return RESAMPLERS[name]
     except (KeyError, TypeError):
         raise ValueError(f"resampling must be one of {sorted(RESAMPLERS)}, got {name!r}") from None
+
+
+# ---------------------------------------------------------------------- LLaMPPL adapter
+# LLaMPPL's form: ``fn(weights)`` with *normalised* probabilities, randomness from NumPy's
+# global state (``np.random.seed``), returning ``len(weights)`` indices.
+def _llamppl_form(scheme: Resampler, name: str) -> Callable[[np.ndarray], np.ndarray]:
+    def resample(weights) -> np.ndarray:
+        w = np.asarray(weights, dtype=np.float64)
+        if w.ndim != 1 or w.size == 0 or np.isnan(w).any() or (w < 0).any():
+            raise ValueError(f"weights must be a non-empty 1-D array of probabilities, got {w}")
+        rng = np.random.default_rng(np.random.randint(2**32))  # seeded by np.random.seed
+        with np.errstate(divide="ignore"):
+            return scheme(np.log(w), rng)
+
+    resample.__name__ = f"{name}_resample"
+    resample.__doc__ = (
+        f"LLaMPPL name: :func:`{name}` on normalised ``weights`` (NumPy's global RNG)."
+    )
+    return resample
+
+
+multinomial_resample = _llamppl_form(multinomial, "multinomial")
+stratified_resample = _llamppl_form(stratified, "stratified")
+systematic_resample = _llamppl_form(systematic, "systematic")
+residual_resample = _llamppl_form(residual, "residual")
+RESAMPLING_METHODS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "systematic": systematic_resample,
+    "stratified": stratified_resample,
+    "residual": residual_resample,
+    "multinomial": multinomial_resample,
+}
+
+
+def get_resampling_fn(method: str) -> Callable[[np.ndarray], np.ndarray]:
+    """LLaMPPL name: the ``RESAMPLING_METHODS`` entry ``method``; ``ValueError`` otherwise."""
+    if method not in RESAMPLING_METHODS:
+        raise ValueError(
+            f"Unknown resampling method {method!r}: must be one of {', '.join(RESAMPLING_METHODS)}"
+        )
+    return RESAMPLING_METHODS[method]

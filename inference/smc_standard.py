@@ -46,6 +46,7 @@ async def smc_standard(
     resampling: str = "systematic",
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
+    resampling_method: str | None = None,
 ) -> SMCResult:
     """Run SMC with adaptive resampling on ``model``.
 
@@ -64,7 +65,15 @@ async def smc_standard(
         Fixes every random choice of the run.
     progress : bool | None
         tqdm bar; default on when stderr is a terminal.
+    resampling_method : str | None
+        LLaMPPL name of ``resampling`` (give one or the other).
     """
+    if resampling_method is not None:
+        if resampling != "systematic" and resampling != resampling_method:
+            raise ValueError(
+                f"give resampling= or resampling_method= (its LLaMPPL name), not both: {resampling!r} vs {resampling_method!r}"
+            )
+        resampling = resampling_method
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
     threshold = check_unit_interval("ess_threshold", ess_threshold)

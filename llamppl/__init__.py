@@ -9,6 +9,7 @@ Write a :class:`Model` subclass whose ``step`` uses ``sample`` / ``observe`` /
     result = run(smc_steer(MyModel(lm, "The Fed says"), n_particles=8, n_beam=3, seed=0))
 """
 
+from .chunks import sample_word, sample_word_2
 from .context import LMContext, LMNextToken, LMTokenMask
 from .distributions import (
     Bernoulli,
@@ -16,6 +17,7 @@ from .distributions import (
     Dirac,
     Distribution,
     Geometric,
+    LogCategorical,
     TokenCategorical,
     Transformer,
     Uniform,
@@ -24,9 +26,12 @@ from .lm import VLLMLM, CachedCausalLM, FunctionLM, LanguageModel
 from .modeling import Model
 from .rng import current_rng, using_rng
 from .runner import run
+from .submodel import SubModel, submodel
 from .token import Token
 
 __version__ = "0.1.0"
+
+_INFERENCE_NAMES = ("smc_standard", "smc_steer", "importance_sampling", "enumerate_exact")
 
 __all__ = [
     "Model",
@@ -37,6 +42,7 @@ __all__ = [
     "Distribution",
     "Bernoulli",
     "Categorical",
+    "LogCategorical",
     "Geometric",
     "Uniform",
     "Dirac",
@@ -49,4 +55,23 @@ __all__ = [
     "run",
     "current_rng",
     "using_rng",
+    "SubModel",
+    "submodel",
+    "sample_word",
+    "sample_word_2",
+    *_INFERENCE_NAMES,
 ]
+
+
+def __getattr__(name: str):
+    """LLaMPPL compatibility: ``from llamppl import smc_standard, smc_steer, ...``.
+
+    The names live in the top-level ``inference`` package, which depends on this
+    core package; it is imported here lazily, on first access only, so importing
+    ``llamppl`` never imports ``inference`` (the dependency direction stays).
+    """
+    if name in _INFERENCE_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(".inference", __name__), name)
+    raise AttributeError(f"module 'llamppl' has no attribute {name!r}")

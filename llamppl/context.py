@@ -59,6 +59,8 @@ class LMContext:
         lm: LanguageModel,
         prompt: str | Sequence[int] | None = None,
         temp: float = 1.0,
+        show_prompt: bool = False,
+        show_eos: bool = True,
         *,
         messages: Sequence[dict] | None = None,
     ) -> None:
@@ -86,11 +88,45 @@ class LMContext:
         self.prompt_length = len(ids)
         self.temp = float(temp)
         self._mask: torch.Tensor | None = None  # (V,) bool, set by an observed mask_dist
+        self.show_prompt = bool(show_prompt)  # LLaMPPL display options of str(context)
+        self.show_eos = bool(show_eos)
+
+    @classmethod
+    async def create(cls, lm: LanguageModel, prompt: str | Sequence[int], temp: float = 1.0, **kw):
+        """LLaMPPL's async constructor; same as ``LMContext(lm, prompt, temp, **kw)``."""
+        return cls(lm, prompt, temp, **kw)
+
+    @property
+    def model_mask(self):
+        """LLaMPPL name: ids the next token may take, after pending mask observations (read-only)."""
+        from .lm.masks import TokenSet
+
+        if self._mask is None:
+            return self.lm.masks.ALL_TOKENS
+        return TokenSet.from_tensor(self._mask)
+
+    @property
+    def token_count(self) -> int:
+        """Number of generated tokens (LLaMPPL name; ``len(context.generated)``)."""
+        return len(self.tokens) - self.prompt_length
 
     # ------------------------------------------------------------------ distributions
     def next_token(self) -> LMNextToken:
         """Distribution over the next token; sampling or observing it extends the context."""
         return LMNextToken(self)
+
+    def next_tokens(self, n: int):
+        """A SubModel sampling ``n`` next tokens (``await model.call(ctx.next_tokens(n))``); returns their ids."""
+        from .submodel import submodel
+        from .validation import check_positive_int
+
+        n = check_positive_int("n", n)
+
+        @submodel
+        async def next_tokens(sub):
+            return [int(await sub.sample(self.next_token())) for _ in range(n)]
+
+        return next_tokens()
 
     def mask_dist(self, mask: Iterable[int] | torch.Tensor) -> LMTokenMask:
         """Bernoulli distribution of "the next token is in ``mask``" (ids or a ``(V,)`` bool tensor)."""
@@ -122,7 +158,10 @@ class LMContext:
         return lp if self.temp == 1.0 else torch.log_softmax(lp / self.temp, dim=-1)
 
     def __str__(self) -> str:
-        return self.lm.decode(self.generated)
+        ids = self.tokens if self.show_prompt else self.generated
+        if not self.show_eos and ids and ids[-1] in self.lm.eos_token_ids:
+            ids = ids[:-1]
+        return self.lm.decode(ids)
 
     def __repr__(self) -> str:
         return f"LMContext({self.prompt!r} + {str(self)!r})"
@@ -139,6 +178,9 @@ class LMContext:
 
     def _as_mask(self, mask: Iterable[int] | torch.Tensor) -> torch.Tensor:
         V, device = self.lm.vocab_size, self.lm.device
+        cached = getattr(mask, "tensor", None)  # a TokenSet from lm.masks
+        if isinstance(cached, torch.Tensor) and cached.shape == (V,):
+            return cached.to(device)
         if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
             if mask.shape != (V,):
                 raise ValueError(
@@ -201,7 +243,10 @@ class LMTokenMask(Distribution):
     """``True`` iff the next token lies in ``mask``; P(True) = allowed probability mass.
 
     Sampling or observing the value sets the context's pending mask (``mask``
-    for True, its complement for False) for the next ``next_token()``.
+    for True, its complement for False) for the next ``next_token()``. Successive
+    mask observations before a token combine (LLaMPPL semantics): the masses are
+    conditional on the pending mask m0, P(mask | m0), and the pending mask
+    becomes ``m0 & mask`` — the chain rule P(A ∧ B) = P(A) P(B | A).
     """
 
     def __init__(self, context: LMContext, mask: torch.Tensor) -> None:
@@ -209,7 +254,8 @@ class LMTokenMask(Distribution):
         self.mask = mask
 
     async def _log_masses(self) -> tuple[float, float]:
-        lp = await self.context.next_token_logprobs()
+        # Conditional on a pending mask m0 (an earlier observation): P(mask | m0), P(~mask | m0).
+        lp = await LMNextToken(self.context).log_probs()
         inside = torch.logsumexp(lp.masked_fill(~self.mask, -math.inf), dim=-1)
         outside = torch.logsumexp(lp.masked_fill(self.mask, -math.inf), dim=-1)
         return float(inside), float(outside)
@@ -224,7 +270,9 @@ class LMTokenMask(Distribution):
         return await self._set(bool(value), inside, outside)
 
     async def _set(self, value: bool, inside: float, outside: float) -> float:
-        self.context._mask = self.mask if value else ~self.mask
+        new = self.mask if value else ~self.mask
+        pending = self.context._mask
+        self.context._mask = new if pending is None else pending & new
         return inside if value else outside
 
     async def support(self):

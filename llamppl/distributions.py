@@ -130,6 +130,11 @@ class Categorical(Distribution):
         return f"Categorical({np.round(np.exp(self.log_probs), 4).tolist()})"
 
 
+def LogCategorical(logits: Sequence[float]) -> Categorical:
+    """LLaMPPL name: ``Categorical(logits=logits)`` (index ``i`` with probability ∝ ``exp(logits[i])``)."""
+    return Categorical(logits=logits)
+
+
 class Geometric(Distribution):
     """Number of failures before the first success: ``P(k) = (1-p)^k p`` for k = 0, 1, ...
 
@@ -227,10 +232,13 @@ class Transformer(Distribution):
     Unlike ``LMContext.next_token()`` it does not grow any context.
     """
 
-    def __init__(self, lm, prompt: Sequence[int], temp: float = 1.0) -> None:
+    def __init__(self, lm, prompt: str | Sequence[int], temp: float = 1.0) -> None:
         from .lm.base import validate_token_ids
 
         self.lm = lm
+        if isinstance(prompt, str):  # LLaMPPL form: text, encoded with BOS as LMContext does
+            bos = lm.bos_token_id
+            prompt = ([] if bos is None else [bos]) + list(lm.encode(prompt))
         self.prompt = validate_token_ids(prompt, lm.vocab_size, "prompt")
         if not temp > 0 or not math.isfinite(temp):
             raise ValueError(f"temp must be a positive finite number, got {temp}")

@@ -74,6 +74,7 @@ class Model:
         self.finished = False
         self._sync = False
         self._replay = None
+        self._twist_amount = 0.0
         return self
 
     def __init__(self) -> None:
@@ -135,8 +136,40 @@ class Model:
             self.weight = -math.inf
 
     def twist(self, amount: float) -> None:
-        """Add an intermediate potential ``amount`` (undo it later with ``twist(-amount)``)."""
+        """Add an intermediate potential ``amount`` (undo it later with ``twist(-amount)`` or :meth:`untwist`)."""
         self.score(amount)
+        self._twist_amount += float(amount)
+
+    def untwist(self) -> None:
+        """Undo every twist not yet undone: ``score(-Σ amounts)`` (LLaMPPL name; never automatic here)."""
+        amount, self._twist_amount = self._twist_amount, 0.0
+        self.score(-amount)
+
+    def call(self, sub):
+        """Run a :class:`~llamppl.SubModel` inside this step, scoring into this particle; returns its result.
+
+        ``await`` it in an ``async def step``; in a plain ``def step`` it returns the value.
+        """
+        from .submodel import check_submodel
+
+        check_submodel(sub)
+        coro = sub.run_with_parent(self)
+        return _await_from_greenlet(coro) if self._sync else coro
+
+    def intervene(self, dist: Distribution, value: Any):
+        """Force ``dist`` to take ``value`` (its side effects happen) without scoring it."""
+        coro = self._intervene(dist, value)
+        return _await_from_greenlet(coro) if self._sync else coro
+
+    def immutable_properties(self) -> set[str]:
+        """Names of attributes shared, not deep-copied, between clones (override; default none)."""
+        return set()
+
+    def reset(self) -> None:
+        """Back to weight 0, unfinished, no pending twist (the state attributes are untouched)."""
+        self.weight = 0.0
+        self.finished = False
+        self._twist_amount = 0.0
 
     def finish(self) -> None:
         """Mark the particle as done; inference stops stepping it."""
@@ -157,7 +190,15 @@ class Model:
 
     def clone(self) -> Model:
         """Deep copy of the particle's state; LMs (and their caches) are shared, not copied."""
-        return copy.deepcopy(self)
+        shared = self.immutable_properties()
+        if not isinstance(shared, (set, frozenset, list, tuple)):
+            raise TypeError(
+                f"immutable_properties() must return a set of attribute names, got {type(shared).__name__}"
+            )
+        memo = {
+            id(getattr(self, name)): getattr(self, name) for name in shared if hasattr(self, name)
+        }
+        return copy.deepcopy(self, memo)
 
     def state_key(self) -> Any:
         """Hashable summary of the full state (not the weight): equal keys mean interchangeable particles."""
@@ -201,6 +242,15 @@ class Model:
             raise TypeError(f"observe(dist, value) needs a Distribution, got {type(dist).__name__}")
         self._check_alive()
         self.score(await dist.log_prob(value))
+        return value
+
+    async def _intervene(self, dist: Distribution, value: Any) -> Any:
+        if not isinstance(dist, Distribution):
+            raise TypeError(
+                f"intervene(dist, value) needs a Distribution, got {type(dist).__name__}"
+            )
+        self._check_alive()
+        await dist.log_prob(value)  # side effects only, no score
         return value
 
     async def _call_hook(self, fn) -> None:

@@ -44,6 +44,8 @@ class Token:
             return self.token_id == other.token_id
         if isinstance(other, (int, np.integer)) and not isinstance(other, bool):
             return self.token_id == int(other)
+        if isinstance(other, str):  # LLaMPPL: a token equals its text
+            return self.token_str == other
         return NotImplemented
 
     def __hash__(self) -> int:

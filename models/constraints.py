@@ -63,6 +63,7 @@ import regex
 import torch
 
 from llamppl.lm.base import LanguageModel
+from llamppl.lm.masks import lm_table, word_stats
 from llamppl.validation import check_positive_int
 
 __all__ = [
@@ -79,15 +80,7 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------- per-LM tables
-_LM_TABLES: weakref.WeakKeyDictionary[LanguageModel, dict[Any, Any]] = weakref.WeakKeyDictionary()
-
-
-def lm_table(lm: LanguageModel, key: Any, build: Callable[[LanguageModel], Any]) -> Any:
-    """``build(lm)``, computed once per (LM object, ``key``) and cached while the LM lives."""
-    tables = _LM_TABLES.setdefault(lm, {})
-    if key not in tables:
-        tables[key] = build(lm)
-    return tables[key]
+# ``lm_table`` and the word statistics live in ``llamppl.lm.masks`` (shared with ``lm.masks``).
 
 
 def _alpha_runs(text: str) -> list[tuple[int, int]]:
@@ -120,23 +113,8 @@ def _trailing_run(text: str) -> int:
 
 
 def _word_stats(lm: LanguageModel) -> dict[str, torch.Tensor]:
-    """Per-token letter-run statistics of ``lm.vocab``, each a ``(V,)`` tensor on ``lm.device``."""
-    lead, longest, has_other = [], [], []
-    for text in lm.vocab:
-        runs = _alpha_runs(text)
-        lead.append(_leading_run(text))
-        longest.append(max((e - s for s, e in runs), default=0))
-        has_other.append(any(not ch.isalpha() for ch in text))
-    dev = lm.device
-    return {
-        "lead": torch.tensor(
-            lead, dtype=torch.long, device=dev
-        ),  # (V,) letters before the first non-letter
-        "longest": torch.tensor(longest, dtype=torch.long, device=dev),  # (V,) longest letter run
-        "has_other": torch.tensor(
-            has_other, dtype=torch.bool, device=dev
-        ),  # (V,) contains a non-letter
-    }
+    """Per-token letter-run statistics of ``lm.vocab`` (computed once, by ``llamppl.lm.masks``)."""
+    return word_stats(lm)
 
 
 # ---------------------------------------------------------------------- base classes
@@ -242,7 +220,7 @@ class MaxWordLength(Constraint):
     def allowed_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
         if not self(text):
             return torch.zeros(lm.vocab_size, dtype=torch.bool, device=lm.device)
-        stats = lm_table(lm, "word_stats", _word_stats)
+        stats = _word_stats(lm)
         r = _trailing_run(text)
         mask = (stats["longest"] <= self.n) & (stats["lead"] <= self.n - r)  # (V,)
         mask[list(lm.eos_token_ids)] = True

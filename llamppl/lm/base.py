@@ -134,6 +134,39 @@ class LanguageModel:
             f"{type(self).__name__} must implement _next_token_logprobs_batch"
         )
 
+    # ------------------------------------------------------------------ LLaMPPL names
+    @property
+    def str_vocab(self) -> list[str]:
+        """LLaMPPL name of :attr:`vocab` (decoded text of each token id)."""
+        return self.vocab
+
+    @property
+    def masks(self):
+        """Vocabulary masks (``lm.masks.STARTS_NEW_WORD``, ...), built lazily once per LM; see ``llamppl.lm.masks``."""
+        from .masks import masks_for
+
+        return masks_for(self)
+
+    def next_token_logprobs_unbatched(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """LLaMPPL name of :meth:`next_token_logprobs_sync`."""
+        return self.next_token_logprobs_sync(token_ids)
+
+    def cache_kv(self, prompt_tokens: Sequence[int]) -> None:
+        """LLaMPPL name: warm the cache with ``prompt_tokens`` (caching is otherwise automatic)."""
+        self.next_token_logprobs_sync(prompt_tokens)
+
+    @property
+    def batch_size(self) -> None:
+        """Not used: every pending request is served in one batch (there is no size cap to set)."""
+        return None
+
+    @batch_size.setter
+    def batch_size(self, value) -> None:
+        raise ValueError(
+            f"lm.batch_size = {value!r} is not supported: all particles' pending requests are "
+            "batched together automatically; bound memory with CachedCausalLM(..., max_cache_tokens=...) instead"
+        )
+
     def __deepcopy__(self, memo) -> LanguageModel:
         return self  # particles share their LM (and its cache); cloning never copies it
 
