@@ -54,6 +54,7 @@ class SMCResult:
     history: list[StepRecord] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     algorithm: str = ""
+    record: dict | None = None  # the run record when json_file= / visualization_dir= was given
 
     @property
     def weights(self) -> np.ndarray:

@@ -11,6 +11,8 @@ final ``log_ml = log (1/N) Σ_i w_i`` is the standard unbiased estimate of Z::
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from llamppl.modeling import Model
@@ -19,6 +21,7 @@ from llamppl.validation import check_positive_int, check_unit_interval
 from llamppl.weights import ess, logmeanexp
 
 from .particles import LMCounters, Progress, begin_all, check_model, log_weights, step_all
+from .record import recorder_for
 from .resampling import get_resampler
 from .result import SMCResult, StepRecord
 
@@ -47,6 +50,8 @@ async def smc_standard(
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
     resampling_method: str | None = None,
+    json_file: str | os.PathLike | None = None,
+    visualization_dir: str | os.PathLike | None = None,
 ) -> SMCResult:
     """Run SMC with adaptive resampling on ``model``.
 
@@ -67,6 +72,10 @@ async def smc_standard(
         tqdm bar; default on when stderr is a terminal.
     resampling_method : str | None
         LLaMPPL name of ``resampling`` (give one or the other).
+    json_file, visualization_dir : path | None
+        Write a run record (every particle at every step) as JSON to ``json_file``
+        and/or ``visualization_dir/record.json`` (LLaMPPL's names; format in
+        :mod:`llamppl.inference.record`).
     """
     if resampling_method is not None:
         if resampling != "systematic" and resampling != resampling_method:
@@ -80,6 +89,7 @@ async def smc_standard(
     resample = get_resampler(resampling)
     rng = make_rng(seed)
     counters = LMCounters(model)
+    recorder = recorder_for("smc_standard", n, json_file, visualization_dir)
     bar = Progress(progress, "smc_standard")
     history: list[StepRecord] = []
     try:
@@ -94,6 +104,7 @@ async def smc_standard(
                 step_ess = ess(w)
                 log_ml = logmeanexp(w)
                 ancestors = None
+                snapshot = list(particles) if recorder is not None else None
                 live = sum(not p.done_stepping() for p in particles)
                 if live and log_ml > -np.inf and step_ess < threshold * n:
                     ancestors = resample(w, rng, n)
@@ -102,10 +113,13 @@ async def smc_standard(
                 history.append(
                     StepRecord(t, step_ess, ancestors is not None, ancestors, log_ml, live)
                 )
+                if recorder is not None:
+                    recorder.step(t, snapshot, w, step_ess, log_ml, ancestors)
                 bar.update(ess=f"{step_ess:.1f}", live=live)
     finally:
         bar.close()
     w = log_weights(particles)
+    record = None if recorder is None else recorder.finish(particles, w, logmeanexp(w))
     return SMCResult(
         particles,
         w,
@@ -113,4 +127,5 @@ async def smc_standard(
         history,
         counters.finish(steps=len(history), n_particles=n),
         "smc_standard",
+        record=record,
     )

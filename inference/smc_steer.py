@@ -45,6 +45,7 @@ without merging, statistically:
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -62,6 +63,7 @@ from .particles import (
     merge_counted,
     step_all,
 )
+from .record import recorder_for
 from .result import SMCResult, StepRecord
 
 __all__ = ["smc_steer", "steer_downsample", "allocate_slots"]
@@ -132,19 +134,23 @@ async def smc_steer(
     n_beam: int,
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
+    json_file: str | os.PathLike | None = None,
+    visualization_dir: str | os.PathLike | None = None,
 ) -> SMCResult:
     """SMC steering (LLaMPPL Algorithm 1): K = ``n_beam`` extensions per slot, down-sampled to N.
 
     Returns an ``SMCResult`` with ``log_ml = log (1/N) Σ_i w_i``, whose exponential Ẑ is an
     unbiased estimate of Z. The result holds N distinct particles whenever at least N distinct
     extensions with positive weight exist. ``stats["proposals"]`` counts the extensions made
-    (N·K per step while N slots are live).
+    (N·K per step while N slots are live). ``json_file`` / ``visualization_dir`` write a run
+    record (the candidates of every step and the kept ones; :mod:`llamppl.inference.record`).
     """
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
     k = check_positive_int("n_beam", n_beam)
     rng = make_rng(seed)
     counters = LMCounters(model)
+    recorder = recorder_for("smc_steer", n, json_file, visualization_dir)
     bar = Progress(progress, "smc_steer")
     history: list[StepRecord] = []
     proposals = 0
@@ -190,9 +196,14 @@ async def smc_steer(
                         sum(live),
                     )
                 )
+                if recorder is not None:
+                    step = history[-1]
+                    recorder.step(step.step, candidates, w, step.ess, step.log_ml, step.ancestors)
                 bar.update(candidates=len(candidates), live=sum(live))
     finally:
         bar.close()
     w = log_weights(particles)
     stats = counters.finish(steps=len(history), n_particles=n, n_beam=k, proposals=proposals)
-    return SMCResult(particles, w, logsumexp(w) - math.log(n), history, stats, "smc_steer")
+    log_ml = logsumexp(w) - math.log(n)
+    record = None if recorder is None else recorder.finish(particles, w, log_ml)
+    return SMCResult(particles, w, log_ml, history, stats, "smc_steer", record=record)

@@ -1,0 +1,65 @@
+"""Run records written through LLaMPPL's ``json_file=`` / ``visualization_dir=`` keywords."""
+
+import json
+import math
+
+import pytest
+from llamppl.inference import smc_standard, smc_steer
+from programs import AllFailProgram, ConditionProgram, toy_lm
+
+from llamppl import run
+
+
+def _strict_load(path):
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        lambda m, **kw: smc_standard(m, 6, 1.0, seed=1, **kw),
+        lambda m, **kw: smc_steer(m, 6, 2, seed=1, **kw),
+    ],
+)
+def test_record_matches_the_run(tmp_path, engine):
+    result = run(
+        engine(
+            ConditionProgram(toy_lm()),
+            json_file=tmp_path / "a.json",
+            visualization_dir=tmp_path / "viz",
+        )
+    )
+    record = _strict_load(tmp_path / "a.json")
+    assert record == _strict_load(tmp_path / "viz" / "record.json") == result.record
+    assert record["format"] == "llamppl-run-record" and record["n_particles"] == 6
+    assert len(record["steps"]) == len(result.history)
+    for snap, step in zip(record["steps"], result.history):
+        assert snap["step"] == step.step and snap["resampled"] == step.resampled
+        assert snap["ess"] == pytest.approx(step.ess)
+        if snap["ancestors"] is not None:
+            assert max(snap["ancestors"]) < len(snap["particles"])
+        for p in snap["particles"]:
+            assert isinstance(p["text"], str) and (
+                p["log_weight"] is None or math.isfinite(p["log_weight"])
+            )
+    final = record["final"]
+    assert [p["text"] for p in final] == [q.string_for_serialization() for q in result.particles]
+    assert record["log_ml"] == pytest.approx(result.log_ml)
+
+
+def test_all_particles_dead_still_writes_strict_json(tmp_path):
+    result = run(smc_standard(AllFailProgram(toy_lm()), 4, seed=0, json_file=tmp_path / "r.json"))
+    record = _strict_load(tmp_path / "r.json")
+    assert result.log_ml == -math.inf and record["log_ml"] is None
+    assert all(p["log_weight"] is None for p in record["final"])
+
+
+def test_no_record_unless_asked_and_bad_paths_are_refused(tmp_path):
+    assert run(smc_standard(ConditionProgram(toy_lm()), 2, seed=0)).record is None
+    with pytest.raises(TypeError, match="json_file must be a path"):
+        run(smc_standard(ConditionProgram(toy_lm()), 2, json_file=3))
+    with pytest.raises(TypeError, match="visualization_dir must be a path"):
+        run(smc_steer(ConditionProgram(toy_lm()), 2, 2, visualization_dir=["x"]))
