@@ -9,6 +9,8 @@ Particles are still stepped together, so each step's LM requests form one batch:
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from llamppl.modeling import Model
@@ -17,6 +19,7 @@ from llamppl.validation import check_positive_int
 from llamppl.weights import ess, logmeanexp
 
 from .particles import LMCounters, Progress, begin_all, check_model, log_weights, step_all
+from .record import recorder_for
 from .result import SMCResult, StepRecord
 
 __all__ = ["importance_sampling"]
@@ -27,12 +30,18 @@ async def importance_sampling(
     n_particles: int,
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
+    record: bool | str | os.PathLike = False,
 ) -> SMCResult:
-    """Sequential importance sampling of ``model`` with ``n_particles`` independent particles."""
+    """Sequential importance sampling of ``model`` with ``n_particles`` independent particles.
+
+    ``record=True`` keeps a run record on ``SMCResult.record`` (``record=path`` also writes
+    it; format in :mod:`llamppl.inference.record`).
+    """
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
     rng = make_rng(seed)
     counters = LMCounters(model)
+    recorder = recorder_for("importance_sampling", n, record=record)
     bar = Progress(progress, "importance_sampling")
     history: list[StepRecord] = []
     try:
@@ -46,9 +55,12 @@ async def importance_sampling(
                 history.append(
                     StepRecord(len(history) + 1, ess(w), False, None, logmeanexp(w), live)
                 )
+                if recorder is not None:
+                    recorder.step(len(history), particles, w, ess(w), logmeanexp(w), None)
                 bar.update(live=live)
     finally:
         bar.close()
     w = log_weights(particles)
     stats = counters.finish(steps=len(history), n_particles=n)
-    return SMCResult(particles, w, logmeanexp(w), history, stats, "importance_sampling")
+    rec = None if recorder is None else recorder.finish(particles, w, logmeanexp(w))
+    return SMCResult(particles, w, logmeanexp(w), history, stats, "importance_sampling", record=rec)

@@ -1,22 +1,29 @@
 """Run records: what every particle was at every step, written as JSON.
 
-``smc_standard(..., json_file=path)`` and ``smc_steer(..., json_file=path)``
-(LLaMPPL's keyword names; ``visualization_dir=dir`` writes ``dir/record.json``)
-record one snapshot per step, taken after reweighting and before resampling,
-and the final population. The file is plain JSON::
+Every engine (``smc_standard``, ``smc_steer``, ``importance_sampling``) records when
+given ``record=True`` (kept on ``SMCResult.record``) or ``record=path`` (also written
+there); ``smc_standard``/``smc_steer`` also take LLaMPPL's names ``json_file=path`` and
+``visualization_dir=dir`` (writes ``dir/record.json``). One snapshot is taken per step,
+after reweighting and before resampling, plus the final population. Format
+(``"version": 2``; version 1 lacked ``parent`` and ``died``)::
 
-    {"format": "llamppl-run-record", "version": 1, "algorithm": "smc_standard",
+    {"format": "llamppl-run-record", "version": 2, "algorithm": "smc_standard",
      "n_particles": 8, "log_ml": -3.2,
      "steps": [{"step": 1, "ess": 7.1, "log_ml": -0.4, "resampled": false,
                 "ancestors": null,
-                "particles": [{"text": "...", "log_weight": -0.3, "finished": false}, ...]},
+                "particles": [{"text": "...", "log_weight": -0.3, "finished": false,
+                               "died": false, "parent": null}, ...]},
                ...],
-     "final": [{"text": "...", "log_weight": -2.9, "finished": true}, ...]}
+     "final": [{"text": "...", "log_weight": -2.9, "finished": true, "died": false,
+                "parent": 3}, ...]}
 
-``text`` is ``string_for_serialization()``. A weight of −inf (a particle
-that failed a condition) is written as ``null``, so the file is strict JSON.
-``ancestors`` (after resampling; for ``smc_steer``, the kept candidates) index
-the same step's ``particles``. The record is also on ``SMCResult.record``.
+``text`` is ``string_for_serialization()``. A weight of −inf (a particle that
+failed a condition; ``"died": true``) is written as ``null``, so the file is strict
+JSON. ``ancestors`` (chosen by resampling; for ``smc_steer``, the kept candidates)
+index the same step's ``particles``. ``parent`` indexes the previous step's
+``particles`` (the particle this one was extended from; ``null`` at step 1), and for
+``final`` the last step's: together they are the genealogy. Memory is linear in
+steps × particles (one string per particle per step).
 """
 
 from __future__ import annotations
@@ -31,18 +38,37 @@ import numpy as np
 
 from llamppl.modeling import Model
 
-__all__ = ["RunRecorder", "recorder_for"]
+__all__ = ["RunRecorder", "recorder_for", "write_json"]
+
+VERSION = 2
 
 
 def _weight(w: float) -> float | None:
     return None if w == -math.inf else float(w)
 
 
-def _snapshot(particles: list[Model], log_weights: np.ndarray) -> list[dict[str, Any]]:
+def _snapshot(
+    particles: list[Model], log_weights: np.ndarray, parents: list[int] | None
+) -> list[dict[str, Any]]:
+    parents = parents if parents is not None else [None] * len(particles)
     return [
-        {"text": p.string_for_serialization(), "log_weight": _weight(w), "finished": p.finished}
-        for p, w in zip(particles, log_weights.tolist())
+        {
+            "text": p.string_for_serialization(),
+            "log_weight": _weight(w),
+            "finished": bool(p.finished),
+            "died": w == -math.inf,
+            "parent": None if a is None else int(a),
+        }
+        for p, w, a in zip(particles, log_weights.tolist(), parents)
     ]
+
+
+def write_json(record: dict, path: str | os.PathLike) -> Path:
+    """Write ``record`` as strict JSON to ``path`` (parent folders created); return the path."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, allow_nan=False))
+    return path
 
 
 class RunRecorder:
@@ -52,11 +78,22 @@ class RunRecorder:
         self.paths = paths
         self.data: dict[str, Any] = {
             "format": "llamppl-run-record",
-            "version": 1,
+            "version": VERSION,
             "algorithm": algorithm,
             "n_particles": n_particles,
             "steps": [],
         }
+
+    def _default_parents(self, n: int) -> list[int] | None:
+        """Parents when particles are not created between steps: the previous step's
+        ancestors if it resampled, else the same index (None at step 1)."""
+        steps = self.data["steps"]
+        if not steps:
+            return None
+        last = steps[-1]
+        if last["ancestors"] is not None:
+            return list(last["ancestors"])
+        return list(range(n)) if len(last["particles"]) == n else None
 
     def step(
         self,
@@ -66,8 +103,16 @@ class RunRecorder:
         ess: float,
         log_ml: float,
         ancestors: np.ndarray | None,
+        parents: list[int] | None = None,
     ) -> None:
-        """One step's population after reweighting; ``ancestors`` chosen by resampling, if any."""
+        """One step's population after reweighting; ``ancestors`` chosen by resampling, if any.
+
+        ``parents`` index the previous step's particles; by default they follow from
+        the previous step's ``ancestors`` (engines that create particles between steps,
+        like ``smc_steer``, pass them).
+        """
+        if parents is None:
+            parents = self._default_parents(len(particles))
         self.data["steps"].append(
             {
                 "step": t,
@@ -75,31 +120,44 @@ class RunRecorder:
                 "log_ml": _weight(log_ml),
                 "resampled": ancestors is not None,
                 "ancestors": None if ancestors is None else [int(a) for a in ancestors],
-                "particles": _snapshot(particles, log_weights),
+                "particles": _snapshot(particles, log_weights, parents),
             }
         )
 
-    def finish(self, particles: list[Model], log_weights: np.ndarray, log_ml: float) -> dict:
+    def finish(
+        self,
+        particles: list[Model],
+        log_weights: np.ndarray,
+        log_ml: float,
+        parents: list[int] | None = None,
+    ) -> dict:
         """Add the final population, write every path, return the record."""
+        if parents is None:
+            parents = self._default_parents(len(particles))
         self.data["log_ml"] = _weight(log_ml)
-        self.data["final"] = _snapshot(particles, log_weights)
+        self.data["final"] = _snapshot(particles, log_weights, parents)
         for path in self.paths:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(self.data, allow_nan=False))
+            write_json(self.data, path)
         return self.data
 
 
 def recorder_for(
     algorithm: str,
     n_particles: int,
-    json_file: str | os.PathLike | None,
-    visualization_dir: str | os.PathLike | None,
+    json_file: str | os.PathLike | None = None,
+    visualization_dir: str | os.PathLike | None = None,
+    record: bool | str | os.PathLike = False,
 ) -> RunRecorder | None:
-    """A recorder when either keyword is given (``TypeError`` naming a bad one), else None."""
+    """A recorder when any keyword asks for one (``TypeError`` naming a bad one), else None."""
+    if not isinstance(record, (bool, str, os.PathLike)):
+        raise TypeError(
+            f"record must be True/False or a path (str or os.PathLike), got {type(record).__name__}"
+        )
     paths = []
     for name, value, leaf in (
         ("json_file", json_file, None),
         ("visualization_dir", visualization_dir, "record.json"),
+        ("record", None if isinstance(record, bool) else record, None),
     ):
         if value is None:
             continue
@@ -109,4 +167,6 @@ def recorder_for(
             )
         path = Path(value).expanduser()
         paths.append(path / leaf if leaf else path)
-    return RunRecorder(algorithm, n_particles, paths) if paths else None
+    if paths or record is True:
+        return RunRecorder(algorithm, n_particles, paths)
+    return None

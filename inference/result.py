@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,8 @@ import numpy as np
 from llamppl.modeling import Model
 from llamppl.rng import make_rng
 from llamppl.weights import ess, normalize
+
+from .record import write_json
 
 __all__ = ["SMCResult", "StepRecord"]
 
@@ -54,7 +58,21 @@ class SMCResult:
     history: list[StepRecord] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     algorithm: str = ""
-    record: dict | None = None  # the run record when json_file= / visualization_dir= was given
+    record: dict | None = (
+        None  # the run record when record= / json_file= / visualization_dir= was given
+    )
+
+    def _require_record(self, what: str) -> dict:
+        if self.record is None:
+            raise ValueError(
+                f"{what} needs a run record: run the engine with record=True, e.g. "
+                "run(smc_standard(model, 16, record=True)) (this result has none)"
+            )
+        return self.record
+
+    def to_json(self, path: str | os.PathLike) -> Path:
+        """Write the run record as strict JSON (schema: :mod:`llamppl.inference.record`)."""
+        return write_json(self._require_record("to_json"), path)
 
     @property
     def weights(self) -> np.ndarray:

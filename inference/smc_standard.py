@@ -52,6 +52,7 @@ async def smc_standard(
     resampling_method: str | None = None,
     json_file: str | os.PathLike | None = None,
     visualization_dir: str | os.PathLike | None = None,
+    record: bool | str | os.PathLike = False,
 ) -> SMCResult:
     """Run SMC with adaptive resampling on ``model``.
 
@@ -76,6 +77,9 @@ async def smc_standard(
         Write a run record (every particle at every step) as JSON to ``json_file``
         and/or ``visualization_dir/record.json`` (LLaMPPL's names; format in
         :mod:`llamppl.inference.record`).
+    record : bool | path
+        ``True`` keeps the run record on ``SMCResult.record`` (for ``to_html``, ``plot``);
+        a path also writes it there.
     """
     if resampling_method is not None:
         if resampling != "systematic" and resampling != resampling_method:
@@ -89,7 +93,7 @@ async def smc_standard(
     resample = get_resampler(resampling)
     rng = make_rng(seed)
     counters = LMCounters(model)
-    recorder = recorder_for("smc_standard", n, json_file, visualization_dir)
+    recorder = recorder_for("smc_standard", n, json_file, visualization_dir, record)
     bar = Progress(progress, "smc_standard")
     history: list[StepRecord] = []
     try:

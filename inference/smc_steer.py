@@ -136,6 +136,7 @@ async def smc_steer(
     progress: bool | None = None,
     json_file: str | os.PathLike | None = None,
     visualization_dir: str | os.PathLike | None = None,
+    record: bool | str | os.PathLike = False,
 ) -> SMCResult:
     """SMC steering (LLaMPPL Algorithm 1): K = ``n_beam`` extensions per slot, down-sampled to N.
 
@@ -143,17 +144,19 @@ async def smc_steer(
     unbiased estimate of Z. The result holds N distinct particles whenever at least N distinct
     extensions with positive weight exist. ``stats["proposals"]`` counts the extensions made
     (N·K per step while N slots are live). ``json_file`` / ``visualization_dir`` write a run
-    record (the candidates of every step and the kept ones; :mod:`llamppl.inference.record`).
+    record (the candidates of every step and the kept ones; :mod:`llamppl.inference.record`);
+    ``record=True`` keeps it on ``SMCResult.record`` (``record=path`` also writes it).
     """
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
     k = check_positive_int("n_beam", n_beam)
     rng = make_rng(seed)
     counters = LMCounters(model)
-    recorder = recorder_for("smc_steer", n, json_file, visualization_dir)
+    recorder = recorder_for("smc_steer", n, json_file, visualization_dir, record)
     bar = Progress(progress, "smc_steer")
     history: list[StepRecord] = []
     proposals = 0
+    kept: list[int] | None = None  # previous step's kept candidates (for the record's parents)
     try:
         with using_rng(rng):
             particles = [model.clone() for _ in range(n)]
@@ -162,14 +165,17 @@ async def smc_steer(
             while not all(p.done_stepping() for p in particles):
                 # extend: a particle filling m slots gets m·K children of weight w/(m·K)
                 candidates, counts, extended = [], [], []
-                for p, m in zip(particles, slots):
+                origin: dict[int, int] = {}  # id(candidate) -> index of the particle it extends
+                for j, (p, m) in enumerate(zip(particles, slots)):
                     if p.done_stepping():
                         candidates.append(p)
                         counts.append(1)
+                        origin[id(p)] = j
                         continue
                     children = [p] + [p.clone() for _ in range(m * k - 1)]
                     for c in children:
                         c.weight -= math.log(m * k)
+                        origin[id(c)] = j
                     candidates += children
                     counts += [1] * len(children)
                     extended += children
@@ -198,12 +204,16 @@ async def smc_steer(
                 )
                 if recorder is not None:
                     step = history[-1]
-                    recorder.step(step.step, candidates, w, step.ess, step.log_ml, step.ancestors)
+                    parents = None if kept is None else [kept[origin[id(c)]] for c in candidates]
+                    recorder.step(
+                        step.step, candidates, w, step.ess, step.log_ml, step.ancestors, parents
+                    )
+                kept = keep.tolist()
                 bar.update(candidates=len(candidates), live=sum(live))
     finally:
         bar.close()
     w = log_weights(particles)
     stats = counters.finish(steps=len(history), n_particles=n, n_beam=k, proposals=proposals)
     log_ml = logsumexp(w) - math.log(n)
-    record = None if recorder is None else recorder.finish(particles, w, log_ml)
+    record = None if recorder is None else recorder.finish(particles, w, log_ml, kept)
     return SMCResult(particles, w, log_ml, history, stats, "smc_steer", record=record)

@@ -4,7 +4,7 @@ import json
 import math
 
 import pytest
-from llamppl.inference import smc_standard, smc_steer
+from llamppl.inference import importance_sampling, smc_standard, smc_steer
 from programs import AllFailProgram, ConditionProgram, toy_lm
 
 from llamppl import run
@@ -63,3 +63,46 @@ def test_no_record_unless_asked_and_bad_paths_are_refused(tmp_path):
         run(smc_standard(ConditionProgram(toy_lm()), 2, json_file=3))
     with pytest.raises(TypeError, match="visualization_dir must be a path"):
         run(smc_steer(ConditionProgram(toy_lm()), 2, 2, visualization_dir=["x"]))
+
+
+ENGINES = {
+    "smc_standard": lambda m, **kw: smc_standard(m, 6, 1.0, seed=1, **kw),
+    "smc_steer": lambda m, **kw: smc_steer(m, 6, 2, seed=1, **kw),
+    "importance_sampling": lambda m, **kw: importance_sampling(m, 6, seed=1, **kw),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENGINES))
+def test_record_true_keeps_a_genealogy_that_matches_the_texts(tmp_path, name):
+    result = run(ENGINES[name](ConditionProgram(toy_lm()), record=True))
+    record = result.record
+    assert record["version"] == 2 and record["algorithm"] == name
+    assert not list(tmp_path.iterdir())  # record=True writes nothing
+    frames = [s["particles"] for s in record["steps"]] + [record["final"]]
+    assert all(p["parent"] is None for p in frames[0])
+    for t, (prev, cur) in enumerate(zip(frames, frames[1:]), start=1):
+        for p in cur:
+            parent = prev[p["parent"]]
+            # each particle extends the one it came from (final: is the same particle)
+            assert p["text"].startswith(parent["text"]), (t, p, parent)
+            assert p["died"] == (p["log_weight"] is None)
+            if name == "smc_standard" and record["steps"][t - 1]["resampled"]:
+                assert not parent["died"]  # resampling never picks a dead particle
+    assert [p["text"] for p in record["final"]] == [
+        q.string_for_serialization() for q in result.particles
+    ]
+    written = result.to_json(tmp_path / "out" / "r.json")
+    assert _strict_load(written) == record
+
+
+def test_record_path_writes_the_file_and_bad_record_is_refused(tmp_path):
+    result = run(importance_sampling(ConditionProgram(toy_lm()), 3, seed=0, record=tmp_path / "r"))
+    assert _strict_load(tmp_path / "r") == result.record
+    with pytest.raises(TypeError, match="record must be True/False or a path"):
+        run(smc_standard(ConditionProgram(toy_lm()), 2, record=1))
+
+
+def test_methods_without_a_record_explain_record_true(tmp_path):
+    result = run(smc_standard(ConditionProgram(toy_lm()), 2, seed=0))
+    with pytest.raises(ValueError, match="record=True"):
+        result.to_json(tmp_path / "x")
