@@ -74,6 +74,13 @@ class SMCResult:
         """Write the run record as strict JSON (schema: :mod:`llamppl.inference.record`)."""
         return write_json(self._require_record("to_json"), path)
 
+    def to_html(self, path: str | os.PathLike) -> Path:
+        """Write the run record as one self-contained interactive HTML page (no network)."""
+        record = self._require_record("to_html")
+        from .viewer import write_html
+
+        return write_html(record, path)
+
     @property
     def weights(self) -> np.ndarray:
         """Normalised weights of ``particles``."""

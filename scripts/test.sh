@@ -7,6 +7,12 @@ bash scripts/setup.sh
 .venv/bin/python -m ruff check .
 .venv/bin/python -m ruff format --check .
 .venv/bin/mkdocs build --strict -q -d "$(mktemp -d)"
+# Headless Chromium for the viewer's browser tests (marker "browser"); skipped with a reason without it.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "[test] installing chromium for the browser tests"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ||
+    echo "[test] could not install chromium: the browser tests will be skipped"
+fi
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 
 # vLLM backend on a real (CPU) engine. Budget: setup <= 15 min (about 2-4 min on a fresh
