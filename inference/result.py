@@ -81,6 +81,13 @@ class SMCResult:
 
         return write_html(record, path)
 
+    def plot(self):
+        """ESS per step (resampling marked), log-weight spread and genealogy; a matplotlib Figure."""
+        record = self._require_record("plot")
+        from .plots import plot_record
+
+        return plot_record(record)
+
     @property
     def weights(self) -> np.ndarray:
         """Normalised weights of ``particles``."""
