@@ -5,19 +5,25 @@ given ``record=True`` (kept on ``SMCResult.record``) or ``record=path`` (also wr
 there); ``smc_standard``/``smc_steer`` also take LLaMPPL's names ``json_file=path`` and
 ``visualization_dir=dir`` (writes ``dir/record.json``). One snapshot is taken per step,
 after reweighting and before resampling, plus the final population. Format
-(``"version": 2``; version 1 lacked ``parent`` and ``died``)::
+(``"version": 2``; version 1 lacked ``parent``, ``died`` and ``append``)::
 
     {"format": "llamppl-run-record", "version": 2, "algorithm": "smc_standard",
      "n_particles": 8, "log_ml": -3.2,
      "steps": [{"step": 1, "ess": 7.1, "log_ml": -0.4, "resampled": false,
                 "ancestors": null,
-                "particles": [{"text": "...", "log_weight": -0.3, "finished": false,
+                "particles": [{"text": "The", "log_weight": -0.3, "finished": false,
                                "died": false, "parent": null}, ...]},
+               {"step": 2, ...,
+                "particles": [{"append": " Fed", "log_weight": -0.9, "finished": false,
+                               "died": false, "parent": 0}, ...]},
                ...],
-     "final": [{"text": "...", "log_weight": -2.9, "finished": true, "died": false,
+     "final": [{"append": "", "log_weight": -2.9, "finished": true, "died": false,
                 "parent": 3}, ...]}
 
-``text`` is ``string_for_serialization()``. A weight of −inf (a particle that
+A particle's text is ``string_for_serialization()``, stored as ``"append"`` (what
+it adds to its parent's text) when it extends its parent's text and as ``"text"``
+otherwise, so memory stays linear in steps × particles; ``frame_texts(record)``
+gives the full texts. A weight of −inf (a particle that
 failed a condition; ``"died": true``) is written as ``null``, so the file is strict
 JSON. ``ancestors`` (chosen by resampling; for ``smc_steer``, the kept candidates)
 index the same step's ``particles``. ``parent`` indexes the previous step's
@@ -38,7 +44,7 @@ import numpy as np
 
 from llamppl.modeling import Model
 
-__all__ = ["RunRecorder", "recorder_for", "write_json"]
+__all__ = ["RunRecorder", "frame_texts", "recorder_for", "write_json"]
 
 VERSION = 2
 
@@ -47,20 +53,21 @@ def _weight(w: float) -> float | None:
     return None if w == -math.inf else float(w)
 
 
-def _snapshot(
-    particles: list[Model], log_weights: np.ndarray, parents: list[int] | None
-) -> list[dict[str, Any]]:
-    parents = parents if parents is not None else [None] * len(particles)
-    return [
-        {
-            "text": p.string_for_serialization(),
-            "log_weight": _weight(w),
-            "finished": bool(p.finished),
-            "died": w == -math.inf,
-            "parent": None if a is None else int(a),
-        }
-        for p, w, a in zip(particles, log_weights.tolist(), parents)
-    ]
+def _text_entry(text: str, parent_text: str | None) -> dict[str, str]:
+    if parent_text is not None and text.startswith(parent_text):
+        return {"append": text[len(parent_text) :]}
+    return {"text": text}
+
+
+def frame_texts(record: dict) -> list[list[str]]:
+    """Full particle texts of every frame of ``record`` (its steps, then ``final``)."""
+    frames = [s["particles"] for s in record["steps"]] + [record["final"]]
+    out: list[list[str]] = []
+    for particles in frames:
+        out.append(
+            [p["text"] if "text" in p else out[-1][p["parent"]] + p["append"] for p in particles]
+        )
+    return out
 
 
 def write_json(record: dict, path: str | os.PathLike) -> Path:
@@ -83,6 +90,26 @@ class RunRecorder:
             "n_particles": n_particles,
             "steps": [],
         }
+        self._texts: list[str] | None = None  # the previous frame's full texts
+
+    def _snapshot(
+        self, particles: list[Model], log_weights: np.ndarray, parents: list[int] | None
+    ) -> list[dict[str, Any]]:
+        texts = [p.string_for_serialization() for p in particles]
+        prev = self._texts
+        parents = parents if parents is not None else [None] * len(particles)
+        out = [
+            {
+                **_text_entry(text, None if a is None or prev is None else prev[a]),
+                "log_weight": _weight(w),
+                "finished": bool(p.finished),
+                "died": w == -math.inf,
+                "parent": None if a is None else int(a),
+            }
+            for p, text, w, a in zip(particles, texts, log_weights.tolist(), parents)
+        ]
+        self._texts = texts
+        return out
 
     def _default_parents(self, n: int) -> list[int] | None:
         """Parents when particles are not created between steps: the previous step's
@@ -120,7 +147,7 @@ class RunRecorder:
                 "log_ml": _weight(log_ml),
                 "resampled": ancestors is not None,
                 "ancestors": None if ancestors is None else [int(a) for a in ancestors],
-                "particles": _snapshot(particles, log_weights, parents),
+                "particles": self._snapshot(particles, log_weights, parents),
             }
         )
 
@@ -135,7 +162,7 @@ class RunRecorder:
         if parents is None:
             parents = self._default_parents(len(particles))
         self.data["log_ml"] = _weight(log_ml)
-        self.data["final"] = _snapshot(particles, log_weights, parents)
+        self.data["final"] = self._snapshot(particles, log_weights, parents)
         for path in self.paths:
             write_json(self.data, path)
         return self.data

@@ -5,6 +5,7 @@ import math
 
 import pytest
 from llamppl.inference import importance_sampling, smc_standard, smc_steer
+from llamppl.inference.record import frame_texts
 from programs import AllFailProgram, ConditionProgram, toy_lm
 
 from llamppl import run
@@ -42,11 +43,9 @@ def test_record_matches_the_run(tmp_path, engine):
         if snap["ancestors"] is not None:
             assert max(snap["ancestors"]) < len(snap["particles"])
         for p in snap["particles"]:
-            assert isinstance(p["text"], str) and (
-                p["log_weight"] is None or math.isfinite(p["log_weight"])
-            )
-    final = record["final"]
-    assert [p["text"] for p in final] == [q.string_for_serialization() for q in result.particles]
+            assert p["log_weight"] is None or math.isfinite(p["log_weight"])
+    final = frame_texts(record)[-1]
+    assert final == [q.string_for_serialization() for q in result.particles]
     assert record["log_ml"] == pytest.approx(result.log_ml)
 
 
@@ -79,18 +78,19 @@ def test_record_true_keeps_a_genealogy_that_matches_the_texts(tmp_path, name):
     assert record["version"] == 2 and record["algorithm"] == name
     assert not list(tmp_path.iterdir())  # record=True writes nothing
     frames = [s["particles"] for s in record["steps"]] + [record["final"]]
-    assert all(p["parent"] is None for p in frames[0])
-    for t, (prev, cur) in enumerate(zip(frames, frames[1:]), start=1):
-        for p in cur:
-            parent = prev[p["parent"]]
-            # each particle extends the one it came from (final: is the same particle)
-            assert p["text"].startswith(parent["text"]), (t, p, parent)
+    texts = frame_texts(record)
+    assert all(p["parent"] is None and "text" in p for p in frames[0])
+    for t in range(1, len(frames)):
+        for i, p in enumerate(frames[t]):
+            parent = frames[t - 1][p["parent"]]
+            # each particle extends the one it came from (final: is the same particle),
+            # so only what it adds is stored
+            assert texts[t][i].startswith(texts[t - 1][p["parent"]]), (t, p, parent)
+            assert "append" in p and "text" not in p
             assert p["died"] == (p["log_weight"] is None)
             if name == "smc_standard" and record["steps"][t - 1]["resampled"]:
                 assert not parent["died"]  # resampling never picks a dead particle
-    assert [p["text"] for p in record["final"]] == [
-        q.string_for_serialization() for q in result.particles
-    ]
+    assert texts[-1] == [q.string_for_serialization() for q in result.particles]
     written = result.to_json(tmp_path / "out" / "r.json")
     assert _strict_load(written) == record
 

@@ -16,6 +16,7 @@ import subprocess
 
 import pytest
 from llamppl.inference import smc_standard
+from llamppl.inference.record import frame_texts
 from llamppl.inference.viewer import render_html
 from programs import EOS, AllFailProgram, toy_lm
 
@@ -52,6 +53,7 @@ def test_page_is_self_contained_and_embeds_the_record(tmp_path):
 
 def test_record_text_cannot_close_the_script_tag():
     record = walk_result().record
+    record["final"][0].pop("append", None)
     record["final"][0]["text"] = "</script><script>alert(1)</script>"
     page = render_html(record)
     assert page.count("</script>") == 2  # the page's own two scripts
@@ -105,6 +107,7 @@ def test_viewer_in_headless_chromium(tmp_path):
     assert shown["step"] == str(last)
     assert shown["rows"] == len(record["final"]) == 16
     assert shown["lines"] == 16  # every final particle has a parent line
+    assert shown["texts"] == frame_texts(record)[-1]  # texts rebuilt from the stored deltas
 
     png = tmp_path / "shot.png"
     chromium(tmp_path, "--window-size=1000,760", f"--screenshot={png}", page.as_uri() + "#step=3")
