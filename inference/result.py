@@ -140,8 +140,19 @@ class SMCResult:
             f"<tr><td>{w:.4f}</td><td style='text-align:left'>{html.escape(t)}</td></tr>"
             for t, w in list(self.posterior.items())[:20]
         )
+        viewer = ""
+        if self.record is not None:  # the run viewer, folded, in a sandboxed frame
+            from .viewer import render_html
+
+            page = html.escape(render_html(self.record), quote=True)
+            viewer = (
+                "<details><summary>run viewer (steps, weights, genealogy)</summary>"
+                f'<iframe srcdoc="{page}" sandbox="allow-scripts" '
+                'style="width:100%;height:480px;border:1px solid #ddd"></iframe></details>'
+            )
         return (
             f"<b>{html.escape(self.algorithm or 'inference')}</b>: {len(self.particles)} particles, "
             f"log Ẑ = {self.log_ml:.4f}, ESS = {self.ess:.2f}"
             f"<table><tr><th>weight</th><th style='text-align:left'>particle</th></tr>{rows}</table>"
+            f"{viewer}"
         )

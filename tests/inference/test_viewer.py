@@ -127,3 +127,12 @@ def test_all_dead_record_renders_with_its_message(tmp_path):
     dom = chromium(tmp_path, "--dump-dom", page.as_uri() + "#selftest")
     assert body_data(dom)["errors"] == "0"
     assert "Every particle died" in dom
+
+
+def test_jupyter_display_folds_the_viewer_in_only_with_a_record():
+    result = walk_result()
+    shown = result._repr_html_()
+    frame = re.search(r'<iframe srcdoc="([^"]*)"', shown)
+    assert "<details>" in shown and html.unescape(frame.group(1)) == render_html(result.record)
+    result.record = None
+    assert "<iframe" not in result._repr_html_()
