@@ -63,7 +63,7 @@ import regex
 import torch
 
 from llamppl.lm.base import LanguageModel
-from llamppl.lm.masks import lm_table, word_stats
+from llamppl.lm.masks import leading_letters, lm_table, word_stats
 from llamppl.validation import check_positive_int
 
 __all__ = [
@@ -96,13 +96,6 @@ def _alpha_runs(text: str) -> list[tuple[int, int]]:
     if start is not None:
         runs.append((start, len(text)))
     return runs
-
-
-def _leading_run(text: str) -> int:
-    n = 0
-    while n < len(text) and text[n].isalpha():
-        n += 1
-    return n
 
 
 def _trailing_run(text: str) -> int:
@@ -281,7 +274,7 @@ class BannedWords(Constraint):
             inner = [text[s:e] for s, e in runs if s > 0 and e < len(text)]
             inner_banned.append(any(self._fold(w) in self.words for w in inner))
             if any(not ch.isalpha() for ch in text):  # its leading run completes the pending word
-                lead_ids[self._fold(text[: _leading_run(text)])].append(i)
+                lead_ids[self._fold(text[: leading_letters(text)])].append(i)
         dev = lm.device
         return {
             "inner_ok": ~torch.tensor(inner_banned, dtype=torch.bool, device=dev),  # (V,)

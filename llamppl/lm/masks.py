@@ -56,7 +56,8 @@ class TokenSet(frozenset):
         return out
 
 
-def _leading_run(text: str) -> int:
+def leading_letters(text: str) -> int:
+    """Length of the run of letters that starts ``text``."""
     n = 0
     while n < len(text) and text[n].isalpha():
         n += 1
@@ -72,7 +73,7 @@ def _longest_run(text: str) -> int:
 
 
 def _build_word_stats(lm: Any) -> dict[str, torch.Tensor]:
-    lead = [_leading_run(t) for t in lm.vocab]
+    lead = [leading_letters(t) for t in lm.vocab]
     longest = [_longest_run(t) for t in lm.vocab]
     has_other = [any(not ch.isalpha() for ch in t) for t in lm.vocab]
     dev = lm.device
