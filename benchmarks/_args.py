@@ -5,26 +5,24 @@ from __future__ import annotations
 import argparse
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (particles, tokens, runs, sizes)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+def _int_at_least(low: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer >= {low}, got {text!r}"
+            ) from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+
+    parse.__doc__ = f"An integer >= {low} ({what})."
+    return parse
 
 
-def nonnegative_int(text: str) -> int:
-    """An integer >= 0 (seeds, ramp lengths, move counts)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+positive_int = _int_at_least(1, "particles, tokens, runs, sizes")
+nonnegative_int = _int_at_least(0, "seeds, ramp lengths, move counts")
 
 
 def positive_float(text: str) -> float:

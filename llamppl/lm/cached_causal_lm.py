@@ -747,10 +747,12 @@ class CachedCausalLM(LanguageModel):
         (transformers' sliding-window overlay), on top of the tree mask.
         """
         arch, dev = self._arch, self._device
-        key_pos = torch.cat(
-            [torch.arange(P, device=dev)[None, :] - (P - p_t)[:, None], pos_t], dim=1
-        )  # (B, P+T); padding columns are masked anyway
-        dist = pos_t[:, :, None] - key_pos[:, None, :]  # (B, T, P+T)
+        dist = None
+        if any(w is not None for w in arch.windows):
+            key_pos = torch.cat(
+                [torch.arange(P, device=dev)[None, :] - (P - p_t)[:, None], pos_t], dim=1
+            )  # (B, P+T); padding columns are masked anyway
+            dist = pos_t[:, :, None] - key_pos[:, None, :]  # (B, T, P+T)
         by_window: dict[int | None, torch.Tensor] = {}
         for w in set(arch.windows):
             m = mask if w is None else mask & (dist < w)
