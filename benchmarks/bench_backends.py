@@ -33,10 +33,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
 def bench_lm(args: argparse.Namespace) -> None:
     import torch
-    from llamppl.inference import smc_steer
     from quickstart import NoLongWords
 
     from llamppl import CachedCausalLM, run
+    from llamppl.inference import smc_steer
     from llamppl.lm.embedded import converted_dir
     from llamppl.lm.vllm_lm import VLLMLM
 

@@ -27,6 +27,7 @@ import time
 import numpy as np
 import torch
 from _args import positive_int  # noqa: E402
+
 from llamppl.models import PowerLawSampler
 from llamppl.models.power_law import _inverse_cdf
 

@@ -23,10 +23,10 @@ import torch
 from _args import nonnegative_int, positive_int  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from llamppl.inference import smc_standard, smc_steer  # noqa: E402
 from quickstart import NoLongWords  # noqa: E402
 
 from llamppl import CachedCausalLM, run  # noqa: E402
+from llamppl.inference import smc_standard, smc_steer  # noqa: E402
 
 
 class CountingModel(NoLongWords):

@@ -24,9 +24,9 @@ import time
 import numpy as np
 import torch
 from _args import positive_float, positive_int  # noqa: E402
-from llamppl.models import low_temperature_decode, speculative_smc, truncated_draft
 
 from llamppl import CachedCausalLM, run
+from llamppl.models import low_temperature_decode, speculative_smc, truncated_draft
 
 PROMPT = "Once upon a time, there was a"
 

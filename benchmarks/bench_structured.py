@@ -20,11 +20,11 @@ import argparse
 import time
 
 import torch
-from llamppl.inference import smc_standard
-from llamppl.models import GrammarConstraint, GrammarLogitsProcessor, generate_json
-from llamppl.models import grammar_engine as engine
 
 from llamppl import CachedCausalLM, run
+from llamppl.decoding import grammar_engine as engine
+from llamppl.inference import smc_standard
+from llamppl.models import GrammarConstraint, GrammarLogitsProcessor, generate_json
 
 SCHEMA = {
     "type": "object",

@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from _args import positive_int  # noqa: E402
-from llamppl.inference import smc_steer
-from llamppl.models import PromptIntersection
 
 from llamppl import CachedCausalLM, run
+from llamppl.inference import smc_steer
+from llamppl.models import PromptIntersection
 
 PROMPTS = ["My favorite writer is probably", "My favorite physicist is probably"]
 PROPOSALS = ("first", "product")

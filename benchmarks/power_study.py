@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from _args import nonnegative_int, positive_int  # noqa: E402
-from llamppl.models import low_temperature_decode, mh_power_sampling, power_smc
 
 from llamppl import CachedCausalLM, run
+from llamppl.models import low_temperature_decode, mh_power_sampling, power_smc
 
 OUT = Path(__file__).parent / "out"
 

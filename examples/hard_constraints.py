@@ -19,10 +19,10 @@ import math
 
 import numpy as np
 import torch
-from llamppl.inference import smc_steer
-from llamppl.models import HardConstraint, max_word_length
 
 from llamppl import CachedCausalLM, LMContext, run
+from llamppl.inference import smc_steer
+from llamppl.models import HardConstraint, max_word_length
 from llamppl.token import sample_index
 
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 
 import torch
-from llamppl.inference import smc_steer
-from llamppl.models import Infilling
 
 from llamppl import CachedCausalLM, run
+from llamppl.inference import smc_steer
+from llamppl.models import Infilling
 
 TEMPLATE = "To tell the truth, every[BLANK] he[BLANK] to[BLANK] another[BLANK]."
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 
 import torch
-from llamppl.models import PowerLawSampler
 
 from llamppl import CachedCausalLM
+from llamppl.models import PowerLawSampler
 
 
 def generate(model, tok, prompt: str, n: int, max_new: int, temperature: float, processors: list):

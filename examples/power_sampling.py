@@ -17,9 +17,9 @@ import argparse
 import time
 
 import torch
-from llamppl.models import low_temperature_decode, mh_power_sampling, power_smc
 
 from llamppl import CachedCausalLM, run
+from llamppl.models import low_temperature_decode, mh_power_sampling, power_smc
 
 QUESTION = (
     "Tom has 7 apples and buys 5 more. How many apples does Tom have now? Answer with a number."

@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 
 import torch
-from llamppl.inference import smc_steer
-from llamppl.models import PromptIntersection
 
 from llamppl import CachedCausalLM, run
+from llamppl.inference import smc_steer
+from llamppl.models import PromptIntersection
 
 PROMPTS = ["My favorite writer is probably", "My favorite physicist is probably"]
 

@@ -14,9 +14,9 @@ import argparse
 import re
 
 import torch
-from llamppl.inference import smc_steer
 
 from llamppl import CachedCausalLM, LMContext, Model, run
+from llamppl.inference import smc_steer
 
 
 class NoLongWords(Model):

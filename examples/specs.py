@@ -18,10 +18,10 @@ import re
 import time
 
 import torch
-from llamppl.models import beam_search, low_temperature_decode, specs
-from llamppl.models.speculative import truncated_draft
 
 from llamppl import CachedCausalLM, run
+from llamppl.models import beam_search, low_temperature_decode, specs
+from llamppl.models.speculative import truncated_draft
 
 QUESTION = "What is 7 + 5? Reply with just the number."
 ANSWER, OPERANDS = "12", {"7", "5"}

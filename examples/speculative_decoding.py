@@ -25,9 +25,9 @@ import argparse
 import time
 
 import torch
-from llamppl.models import low_temperature_decode, speculative_smc, truncated_draft
 
 from llamppl import CachedCausalLM, run
+from llamppl.models import low_temperature_decode, speculative_smc, truncated_draft
 
 
 def main() -> None:

@@ -17,9 +17,9 @@ import json
 import time
 
 import torch
-from llamppl.models import GrammarLogitsProcessor, generate_json
 
 from llamppl import CachedCausalLM
+from llamppl.models import GrammarLogitsProcessor, generate_json
 
 SCHEMA = {
     "type": "object",

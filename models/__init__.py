@@ -1,16 +1,38 @@
-"""Library programs of llamppl (``llamppl.models``): ready-made ``Model`` subclasses."""
+"""Library programs of llamppl (``llamppl.models``): ready-made ``Model`` subclasses and the
+drivers of the seed papers (``power_smc``, ``speculative_smc``, ``specs``, ``generate_json``).
 
-from .constraints import Constraint, banned_words, max_word_length, regex_prefix
+The token-level kernels they use live one floor down in :mod:`llamppl.decoding`; their public
+names are re-exported here, and their old module paths (``llamppl.models.constraints``,
+``.power_law``, ``.power_law_proposal``, ``.grammar_engine``, ``.grammar_logits``) are aliases
+of the ``llamppl.decoding`` modules, so code written against them keeps working.
+"""
+
+import sys as _sys
+
+from llamppl.decoding import constraints as _constraints
+from llamppl.decoding import grammar_engine as _grammar_engine
+from llamppl.decoding import grammar_logits as _grammar_logits
+from llamppl.decoding import power_law as _power_law
+from llamppl.decoding import power_law_proposal as _power_law_proposal
+from llamppl.decoding.constraints import Constraint, banned_words, max_word_length, regex_prefix
+from llamppl.decoding.grammar_engine import Grammar, make_grammar
+from llamppl.decoding.grammar_logits import GrammarLogitsProcessor
+from llamppl.decoding.power_law import PRESETS as POWER_LAW_PRESETS
+from llamppl.decoding.power_law import PowerLawDraw, PowerLawSampler
+from llamppl.decoding.power_law_proposal import PowerLawProposal, power_law_history
+
+from .grammar import GrammarConstraint
 from .hard_constraints import HardConstraint
 from .infilling import Infilling
 from .mh_power import mh_power_sampling
-from .power_law import PRESETS as POWER_LAW_PRESETS
-from .power_law import PowerLawDraw, PowerLawSampler
-from .power_law_proposal import PowerLawProposal, power_law_history
 from .power_sampling import PowerSampling, low_temperature_decode, power_smc
 from .prompt_intersection import PromptIntersection
 from .specs import beam_search, specs
 from .speculative import SpeculativeDecoding, SpeculativeResult, speculative_smc, truncated_draft
+from .structured import StructuredResult, generate_json
+
+for _module in (_constraints, _grammar_engine, _grammar_logits, _power_law, _power_law_proposal):
+    _sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module
 
 __all__ = [
     "specs",
@@ -35,12 +57,10 @@ __all__ = [
     "SpeculativeResult",
     "speculative_smc",
     "truncated_draft",
+    "GrammarConstraint",
+    "Grammar",
+    "make_grammar",
+    "GrammarLogitsProcessor",
+    "generate_json",
+    "StructuredResult",
 ]
-from .grammar import GrammarConstraint, make_grammar  # noqa: E402
-from .grammar_engine import Grammar  # noqa: E402
-
-__all__ += ["GrammarConstraint", "Grammar", "make_grammar"]
-from .grammar_logits import GrammarLogitsProcessor  # noqa: E402
-from .structured import StructuredResult, generate_json  # noqa: E402
-
-__all__ += ["GrammarLogitsProcessor", "generate_json", "StructuredResult"]

@@ -25,7 +25,7 @@ Both give the same posterior and the same Z (M'_t G'_t = M_t G_t token by
 token). The mask 1_C(s w) over the whole vocabulary comes from llguidance; EOS is
 allowed exactly when the matcher accepts. The masks of all particles in a step
 are computed and applied together by
-:class:`~llamppl.models.grammar_engine.MaskBatcher` (one llguidance call, one
+:class:`~llamppl.decoding.grammar_engine.MaskBatcher` (one llguidance call, one
 multiplication of the ``(N, V)`` probabilities by the ``(N, V)`` 0/1 masks), and
 :class:`MaskedNextToken` draws from the result — the batched counterpart of
 :meth:`llamppl.LMContext.mask_dist` followed by ``next_token()``.
@@ -54,6 +54,13 @@ from typing import Any
 import torch
 
 from llamppl.context import LMContext
+from llamppl.decoding.grammar_engine import (
+    Grammar,
+    MatcherState,
+    allowed_masks,
+    make_grammar,
+    mask_batcher,
+)
 from llamppl.distributions import Distribution
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
@@ -61,49 +68,9 @@ from llamppl.rng import current_rng
 from llamppl.token import Token
 from llamppl.validation import check_positive_int
 
-from .grammar_engine import Grammar, MatcherState, allowed_masks, mask_batcher
-
-__all__ = ["GrammarConstraint", "MaskedNextToken", "make_grammar"]
+__all__ = ["GrammarConstraint", "MaskedNextToken"]
 
 PROPOSALS = ("mask", "sample")
-
-
-def make_grammar(
-    grammar: Grammar | None = None,
-    *,
-    json_schema: Any = None,
-    regex: str | None = None,
-    lark: str | None = None,
-) -> Grammar:
-    """A :class:`Grammar` from exactly one of ``grammar``, ``json_schema``, ``regex``, ``lark``."""
-    given = {
-        k: v
-        for k, v in (
-            ("grammar", grammar),
-            ("json_schema", json_schema),
-            ("regex", regex),
-            ("lark", lark),
-        )
-        if v is not None
-    }
-    if len(given) != 1:
-        raise ValueError(
-            "give exactly one of grammar=, json_schema=, regex=, lark= "
-            f"(got {sorted(given) or 'none'})"
-        )
-    ((kind, value),) = given.items()
-    if kind == "grammar":
-        if not isinstance(value, Grammar):
-            raise TypeError(
-                "grammar must be a Grammar (use json_schema=, regex= or lark= for sources), "
-                f"got {type(value).__name__}"
-            )
-        return value
-    return {
-        "json_schema": Grammar.from_json_schema,
-        "regex": Grammar.from_regex,
-        "lark": Grammar.from_lark,
-    }[kind](value)
 
 
 class GrammarConstraint(Model):
@@ -207,7 +174,7 @@ class MaskedNextToken(Distribution):
     The batched counterpart of ``context.mask_dist(mask)`` + ``context.next_token()``
     (:mod:`llamppl.context`): ``q`` (``(V,)``, unnormalised, zero outside the mask)
     and ``log G' = log Σ q`` come from one batched
-    :func:`~llamppl.models.grammar_engine.apply_masks` for all particles of the
+    :func:`~llamppl.decoding.grammar_engine.apply_masks` for all particles of the
     step. Sampling or observing a token extends the context.
     """
 

@@ -2,7 +2,7 @@
 
 LLaMPPL paper §2.2, "Hard constraints". Let p be the LM after the prompt x, C
 the set of allowed prefixes (given by ``predicate``, see
-:mod:`llamppl.models.constraints`) and s_{t-1} the text generated so far. The
+:mod:`llamppl.decoding.constraints`) and s_{t-1} the text generated so far. The
 program offers both Feynman–Kac formulations of the paper:
 
 ``proposal="sample"`` — sample, then condition::
@@ -63,12 +63,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from llamppl.context import LMContext
+from llamppl.decoding.constraints import Constraint, as_constraint
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.token import Token
 from llamppl.validation import check_positive_int
-
-from .constraints import Constraint, as_constraint
 
 __all__ = ["HardConstraint"]
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from llamppl.inference import SMCResult, smc_standard
 
 from llamppl.context import LMContext
 from llamppl.distributions import Distribution, TokenCategorical
+from llamppl.inference import SMCResult, smc_standard
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.rng import current_rng, make_rng

@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 import pytest
-from llamppl.inference import enumerate_exact, importance_sampling, smc_standard, smc_steer
 
 from llamppl import (
     Bernoulli,
@@ -19,6 +18,7 @@ from llamppl import (
     Uniform,
     run,
 )
+from llamppl.inference import enumerate_exact, importance_sampling, smc_standard, smc_steer
 
 
 def lm3():

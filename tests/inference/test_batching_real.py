@@ -1,9 +1,9 @@
 """On the embedded SmolLM2: one SMC step of all particles is exactly one transformer forward."""
 
 import pytest
-from llamppl.inference import smc_standard, smc_steer
 
 from llamppl import LMContext, Model, run
+from llamppl.inference import smc_standard, smc_steer
 
 
 class Continue(Model):

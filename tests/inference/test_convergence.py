@@ -31,10 +31,10 @@ import math
 
 import numpy as np
 import pytest
-from llamppl.inference import enumerate_exact, importance_sampling, smc_standard, smc_steer
 from programs import ConditionProgram, ObserveProgram, exp_or_zero, toy_lm
 
 from llamppl import run
+from llamppl.inference import enumerate_exact, importance_sampling, smc_standard, smc_steer
 
 N, SEEDS, KAPPA = 64, 200, 2.0
 

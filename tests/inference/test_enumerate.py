@@ -3,10 +3,10 @@
 import math
 
 import pytest
-from llamppl.inference import enumerate_exact
 from programs import AllFailProgram, ConditionProgram, toy_lm
 
 from llamppl import Bernoulli, Categorical, Geometric, Model, run
+from llamppl.inference import enumerate_exact
 
 
 class TwoCoins(Model):

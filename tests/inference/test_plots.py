@@ -6,10 +6,10 @@ import sys
 
 import matplotlib
 import pytest
-from llamppl.inference import smc_standard, smc_steer
 from programs import AllFailProgram, ConditionProgram, toy_lm
 
 from llamppl import run
+from llamppl.inference import smc_standard, smc_steer
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -4,11 +4,11 @@ import json
 import math
 
 import pytest
-from llamppl.inference import importance_sampling, smc_standard, smc_steer
-from llamppl.inference.record import frame_texts
 from programs import AllFailProgram, ConditionProgram, toy_lm
 
 from llamppl import run
+from llamppl.inference import importance_sampling, smc_standard, smc_steer
+from llamppl.inference.record import frame_texts
 
 
 def _strict_load(path):

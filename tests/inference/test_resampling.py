@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+
 from llamppl.inference.resampling import RESAMPLERS, get_resampler
 
 with np.errstate(divide="ignore"):

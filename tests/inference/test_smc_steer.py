@@ -4,10 +4,10 @@ import math
 
 import numpy as np
 import pytest
-from llamppl.inference import enumerate_exact, smc_steer, steer_downsample
 from programs import ConditionProgram, toy_lm
 
 from llamppl import Bernoulli, FunctionLM, LMContext, Model, run
+from llamppl.inference import enumerate_exact, smc_steer, steer_downsample
 
 
 def test_downsample_is_unbiased_per_candidate():

@@ -4,10 +4,10 @@ import math
 
 import numpy as np
 import pytest
-from llamppl.inference import enumerate_exact, importance_sampling, smc_standard, smc_steer
 from programs import PROGRAMS, AllFailProgram, exp_or_zero, total_variation, toy_lm
 
 from llamppl import run
+from llamppl.inference import enumerate_exact, importance_sampling, smc_standard, smc_steer
 
 
 def _standard(scheme: str, threshold: float = 0.5):

@@ -15,12 +15,12 @@ import shutil
 import subprocess
 
 import pytest
-from llamppl.inference import smc_standard
-from llamppl.inference.record import frame_texts
-from llamppl.inference.viewer import render_html
 from programs import EOS, AllFailProgram, toy_lm
 
 from llamppl import LMContext, Model, run
+from llamppl.inference import smc_standard
+from llamppl.inference.record import frame_texts
+from llamppl.inference.viewer import render_html
 
 
 class Walk(Model):

@@ -7,13 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from llamppl.inference import enumerate_exact
-from llamppl.models.constraints import banned_words, max_word_length, regex_prefix
-from llamppl.models.hard_constraints import HardConstraint
-from llamppl.models.infilling import Infilling
 
 from llamppl import FunctionLM, LMContext, run
+from llamppl.decoding.constraints import banned_words, max_word_length, regex_prefix
+from llamppl.inference import enumerate_exact
 from llamppl.lm.hf_vocab import eos_ids
+from llamppl.models.hard_constraints import HardConstraint
+from llamppl.models.infilling import Infilling
 
 # Two end tokens: "<e1>" (the primary EOS) and "<e2>" (an end-of-turn token).
 VOCAB = ["x", "y", " ", "<e1>", "<e2>"]

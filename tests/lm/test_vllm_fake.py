@@ -17,9 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from llamppl.inference import enumerate_exact, smc_standard
 
 from llamppl import FunctionLM, LMContext, Model
+from llamppl.inference import enumerate_exact, smc_standard
 from llamppl.lm.vllm_lm import VLLMLM, import_vllm
 
 VOCAB = ["<eos>", "a", "b", "c", " ", "d"]

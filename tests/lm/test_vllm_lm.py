@@ -25,9 +25,8 @@ vllm = pytest.importorskip(
     "vllm", reason="vLLM is not installed here; run from .venv-vllm (scripts/setup-vllm.sh)"
 )
 
-from llamppl.inference import smc_standard  # noqa: E402
-
 from llamppl import LMContext, Model  # noqa: E402
+from llamppl.inference import smc_standard  # noqa: E402
 from llamppl.lm.embedded import converted_dir  # noqa: E402
 from llamppl.lm.vllm_lm import VLLMLM  # noqa: E402
 

@@ -8,12 +8,12 @@ import re
 
 import numpy as np
 import pytest
+
+from llamppl import FunctionLM, run
+from llamppl.decoding.grammar_engine import mask_batcher
 from llamppl.inference import enumerate_exact, smc_standard
 from llamppl.models import Grammar, GrammarConstraint
 from llamppl.models.grammar import MaskedNextToken
-from llamppl.models.grammar_engine import mask_batcher
-
-from llamppl import FunctionLM, run
 
 pytest.importorskip("llguidance")
 

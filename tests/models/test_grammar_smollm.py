@@ -13,10 +13,9 @@ import torch
 pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
 
+from llamppl import run  # noqa: E402
 from llamppl.inference import smc_standard  # noqa: E402
 from llamppl.models import GrammarConstraint, GrammarLogitsProcessor, generate_json  # noqa: E402
-
-from llamppl import run  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

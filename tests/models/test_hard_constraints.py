@@ -6,11 +6,11 @@ import math
 import numpy as np
 import pytest
 import torch
-from llamppl.inference import enumerate_exact, smc_standard, smc_steer
-from llamppl.models import HardConstraint, banned_words, max_word_length, regex_prefix
-from llamppl.models.constraints import AllOf, Constraint, MaxWordLength, PredicateConstraint
 
 from llamppl import FunctionLM, run
+from llamppl.decoding.constraints import AllOf, Constraint, MaxWordLength, PredicateConstraint
+from llamppl.inference import enumerate_exact, smc_standard, smc_steer
+from llamppl.models import HardConstraint, banned_words, max_word_length, regex_prefix
 
 VOCAB = ["a", "A", "bc", " ", "!", "b a ", "<eos>"]
 EOS = 6

@@ -5,11 +5,11 @@ import math
 
 import numpy as np
 import pytest
+
+from llamppl import FunctionLM, run
 from llamppl.inference import enumerate_exact, smc_standard, smc_steer
 from llamppl.models import Infilling
 from llamppl.models.infilling import TruncatedGeometric, split_template
-
-from llamppl import FunctionLM, run
 
 VOCAB = ["x", "y", "a", "b", ".", "<eos>"]
 EOS = 5

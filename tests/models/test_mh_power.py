@@ -6,10 +6,10 @@ import math
 from collections import Counter
 
 import pytest
-from llamppl.models import low_temperature_decode, mh_power_sampling
 from test_power_sampling import TOY, TOY_MAX, TOY_PROMPT, brute_force, power_target, total_variation
 
 from llamppl import run
+from llamppl.models import low_temperature_decode, mh_power_sampling
 
 ALPHA = 3.0
 

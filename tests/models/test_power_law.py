@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 import torch
+
+from llamppl import FunctionLM, LMContext, Model, run, using_rng
 from llamppl.inference import enumerate_exact, smc_standard
 from llamppl.models import PowerLawProposal, PowerLawSampler, power_law_history
 from llamppl.models.power_law import _inverse_cdf
-
-from llamppl import FunctionLM, LMContext, Model, run, using_rng
 
 NEG = -math.inf
 

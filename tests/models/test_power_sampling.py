@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from llamppl.inference import enumerate_exact
-from llamppl.models import PowerSampling, low_temperature_decode, power_smc
 
 from llamppl import FunctionLM, run, using_rng
+from llamppl.inference import enumerate_exact
+from llamppl.models import PowerSampling, low_temperature_decode, power_smc
 
 NEG = -math.inf
 

@@ -5,10 +5,10 @@ import math
 
 import numpy as np
 import pytest
-from llamppl.inference import enumerate_exact, smc_standard, smc_steer
-from llamppl.models import PromptIntersection
 
 from llamppl import FunctionLM, run
+from llamppl.inference import enumerate_exact, smc_standard, smc_steer
+from llamppl.models import PromptIntersection
 
 VOCAB = ["a", "b", "c", ".", "<eos>"]
 EOS = 4

@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 import pytest
-from llamppl.models import beam_search, specs
 
 from llamppl import FunctionLM, run
+from llamppl.models import beam_search, specs
 
 NEG = -math.inf
 VOCAB = ["a", "b", ".", "x"]

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from llamppl.inference import enumerate_exact
-from llamppl.models import SpeculativeDecoding, speculative_smc, truncated_draft
 
 from llamppl import FunctionLM, run, using_rng
+from llamppl.inference import enumerate_exact
+from llamppl.models import SpeculativeDecoding, speculative_smc, truncated_draft
 
 NEG = -math.inf
 VOCAB = ["a", "b", "c", "d", "."]  # four tokens + EOS "."

@@ -25,7 +25,7 @@ Why llguidance: it compiles JSON Schema, regex and Lark to one matcher type,
 builds from an HF tokenizer, and computes a 49,152-token mask in about 0.1 ms on
 this CPU (``benchmarks/bench_structured.py`` measures the share of an SMC step)::
 
-    from llamppl.models.grammar_engine import Grammar, MatcherState
+    from llamppl.decoding.grammar_engine import Grammar, MatcherState
     grammar = Grammar.from_regex("(ab|b)+c")
     state = MatcherState(lm, grammar)
     masks = allowed_masks(lm, [state])          # (1, V) bool
@@ -50,6 +50,7 @@ __all__ = [
     "allowed_masks",
     "apply_masks",
     "ll_tokenizer",
+    "make_grammar",
     "mask_batcher",
 ]
 
@@ -389,3 +390,41 @@ def mask_batcher(lm: LanguageModel) -> MaskBatcher:
     if batcher is None:
         batcher = _BATCHERS[lm] = MaskBatcher(lm)
     return batcher
+
+
+def make_grammar(
+    grammar: Grammar | None = None,
+    *,
+    json_schema: Any = None,
+    regex: str | None = None,
+    lark: str | None = None,
+) -> Grammar:
+    """A :class:`Grammar` from exactly one of ``grammar``, ``json_schema``, ``regex``, ``lark``."""
+    given = {
+        k: v
+        for k, v in (
+            ("grammar", grammar),
+            ("json_schema", json_schema),
+            ("regex", regex),
+            ("lark", lark),
+        )
+        if v is not None
+    }
+    if len(given) != 1:
+        raise ValueError(
+            "give exactly one of grammar=, json_schema=, regex=, lark= "
+            f"(got {sorted(given) or 'none'})"
+        )
+    ((kind, value),) = given.items()
+    if kind == "grammar":
+        if not isinstance(value, Grammar):
+            raise TypeError(
+                "grammar must be a Grammar (use json_schema=, regex= or lark= for sources), "
+                f"got {type(value).__name__}"
+            )
+        return value
+    return {
+        "json_schema": Grammar.from_json_schema,
+        "regex": Grammar.from_regex,
+        "lark": Grammar.from_lark,
+    }[kind](value)

@@ -29,8 +29,7 @@ from transformers import LogitsProcessor
 
 from llamppl.lm.base import LanguageModel
 
-from .grammar import make_grammar
-from .grammar_engine import Grammar, MatcherState, allowed_masks
+from .grammar_engine import Grammar, MatcherState, allowed_masks, make_grammar
 
 __all__ = ["GrammarLogitsProcessor"]
 

@@ -30,7 +30,7 @@ One sampler, three uses::
     model.generate(ids, do_sample=True, logits_processor=[sampler])   # (b) Hugging Face
     token = await self.sample(ctx.next_token(), proposal=PowerLawProposal(ctx, sampler))  # (c) SMC
 
-As an SMC proposal (c, :mod:`llamppl.models.power_law_proposal`) the importance weight ``p(v) / q(v)`` uses the exact
+As an SMC proposal (c, :mod:`llamppl.decoding.power_law_proposal`) the importance weight ``p(v) / q(v)`` uses the exact
 density ``q = softmax(PL-1)`` (optionally mixed with ``p``), so SMC still
 targets the program's posterior.
 """

@@ -1,0 +1,34 @@
+"""Token-level decoding kernels (``llamppl.decoding``): the parts that act on next-token
+distributions but are not programs.
+
+- :mod:`~llamppl.decoding.constraints` — prefix constraints on text with vectorised
+  next-token masks (``max_word_length``, ``banned_words``, ``regex_prefix``);
+- :mod:`~llamppl.decoding.grammar_engine` — the llguidance adapter (JSON Schema, regex,
+  Lark): grammars, matchers, batched masks;
+- :mod:`~llamppl.decoding.grammar_logits` — the local-masking HF ``LogitsProcessor``;
+- :mod:`~llamppl.decoding.power_law` and :mod:`~llamppl.decoding.power_law_proposal` —
+  the power-law token sampler and its use as an exact SMC proposal.
+
+This floor sits above the DSL (it may import ``llamppl.context``, ``llamppl.lm``) and below
+``llamppl.inference`` and ``llamppl.models``; the library programs re-export its public names
+(``from llamppl.models import PowerLawSampler`` keeps working)::
+
+    from llamppl.decoding import max_word_length, PowerLawSampler
+"""
+
+from .constraints import Constraint, banned_words, max_word_length, regex_prefix
+from .power_law import PRESETS as POWER_LAW_PRESETS
+from .power_law import PowerLawDraw, PowerLawSampler
+from .power_law_proposal import PowerLawProposal, power_law_history
+
+__all__ = [
+    "Constraint",
+    "banned_words",
+    "max_word_length",
+    "regex_prefix",
+    "PowerLawSampler",
+    "PowerLawDraw",
+    "POWER_LAW_PRESETS",
+    "PowerLawProposal",
+    "power_law_history",
+]
