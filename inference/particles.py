@@ -122,7 +122,7 @@ class Progress:
 class LMCounters:
     """Snapshot of the work counters of every LM a model refers to, to report a run's LM work."""
 
-    FIELDS = ("forward_calls", "tokens_run", "cache_hits")
+    FIELDS = ("batch_calls", "forward_calls", "tokens_run", "cache_hits")
 
     def __init__(self, model: Model) -> None:
         self.lms = _find_lms(model)
@@ -131,12 +131,7 @@ class LMCounters:
 
     @classmethod
     def _read(cls, lm: LanguageModel) -> dict[str, int]:
-        out = {"batch_calls": lm.batch_calls}
-        stats = getattr(lm, "stats", None)
-        for f in cls.FIELDS:
-            if hasattr(stats, f):
-                out[f] = getattr(stats, f)
-        return out
+        return {f: getattr(lm.stats, f) for f in cls.FIELDS}
 
     def finish(self, **extra: object) -> dict[str, object]:
         stats: dict[str, object] = {"time_s": time.perf_counter() - self.t0, **extra}

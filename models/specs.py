@@ -99,8 +99,8 @@ class SpecsResult:
 
     ``tokens`` are the generated ids (EOS included when emitted), ``text`` their
     decoding without EOS, ``reward`` the reward of the final answer. Forward counts
-    are ``lm.stats.forward_calls`` increments when the LM has them
-    (:class:`~llamppl.CachedCausalLM`), else coalesced ``batch_calls`` increments.
+    are ``lm.stats.forward_calls`` increments (transformer forwards of a
+    :class:`~llamppl.CachedCausalLM`, one per batched call of a ``FunctionLM``).
     ``tokens_drawn`` counts every candidate token sampled (all n candidates).
     """
 
@@ -135,12 +135,6 @@ class BeamSearchResult:
 
 
 # ---------------------------------------------------------------------------- helpers
-def _work(lm: LanguageModel) -> int:
-    """Work counter: transformer forwards if the LM counts them, else coalesced batched calls."""
-    stats = getattr(lm, "stats", None)
-    return int(stats.forward_calls) if hasattr(stats, "forward_calls") else lm.batch_calls
-
-
 def _check_lm(name: str, lm: object) -> LanguageModel:
     if not isinstance(lm, LanguageModel):
         raise TypeError(f"{name} must be a LanguageModel, got {type(lm).__name__}")
@@ -299,12 +293,12 @@ async def specs(
         while True:
             gen = draft if drafting else target
             length = min(block, max_tokens - len(generated))
-            work = _work(gen)
+            work = gen.stats.forward_calls
             blocks, log_q = await _draw_blocks(gen, trace + generated, n, length, rng)  # step I
-            gen_work = _work(gen) - work
+            gen_work = gen.stats.forward_calls - work
             texts = [_text(target, generated + b) for b in blocks]
             rewards_job = asyncio.gather(*(_reward(reward, prompt_text, t) for t in texts))
-            work = _work(target)
+            work = target.stats.forward_calls
             if gen is target:  # eq. (1) collapses to β r
                 rewards = await rewards_job
                 log_ratios = [0.0] * n
@@ -313,7 +307,7 @@ async def specs(
                     _block_logprobs(target, trace + generated, blocks), rewards_job
                 )
                 log_ratios = [p - q for p, q in zip(log_p, log_q)]
-            score_work = _work(target) - work
+            score_work = target.stats.forward_calls - work
             scores = [lr + beta * r for lr, r in zip(log_ratios, rewards)]  # eq. (1)
             chosen = subsample(scores, rng)  # step II, Algorithm 2
             generated += blocks[chosen]
@@ -382,9 +376,9 @@ async def beam_search(
     with using_rng(rng):
         while not all(ended(b) for b, _ in beams):
             live = [b for b, _ in beams if not ended(b)]
-            work = _work(lm)
+            work = lm.stats.forward_calls
             candidates = await _draw_many(lm, ctx, live, expansions, block, max_tokens, rng)
-            forwards = _work(lm) - work
+            forwards = lm.stats.forward_calls - work
             rewards = await asyncio.gather(
                 *(_reward(reward, prompt_text, _text(lm, c)) for c in candidates)
             )

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import collections
 import re
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -63,7 +62,8 @@ import regex
 import torch
 
 from llamppl.lm.base import LanguageModel
-from llamppl.lm.masks import leading_letters, lm_table, word_stats
+from llamppl.lm.masks import leading_letters, word_stats
+from llamppl.lm.memo import LRU, PerLM, lm_table
 from llamppl.validation import check_positive_int
 
 __all__ = [
@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------- per-LM tables
-# ``lm_table`` and the word statistics live in ``llamppl.lm.masks`` (shared with ``lm.masks``).
+# ``lm_table`` lives in ``llamppl.lm.memo``, the word statistics in ``llamppl.lm.masks``.
 
 
 def _alpha_runs(text: str) -> list[tuple[int, int]]:
@@ -342,9 +342,7 @@ class RegexPrefix(Constraint):
         except regex.error as exc:
             raise ValueError(f"pattern is not a valid regular expression: {exc}") from exc
         self.cache_size = check_positive_int("cache_size", cache_size)
-        self._masks: weakref.WeakKeyDictionary[LanguageModel, collections.OrderedDict] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._masks: PerLM[LRU[str, torch.Tensor]] = PerLM(lambda lm: LRU(self.cache_size))
 
     def __call__(self, text: str) -> bool:
         return self.pattern.fullmatch(text, partial=True) is not None
@@ -353,15 +351,11 @@ class RegexPrefix(Constraint):
         return self.pattern.fullmatch(text) is not None
 
     def allowed_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
-        lru = self._masks.setdefault(lm, collections.OrderedDict())
+        lru = self._masks(lm)
         mask = lru.get(text)
         if mask is None:
             mask = self._compute_mask(lm, text)
-            lru[text] = mask
-            if len(lru) > self.cache_size:
-                lru.popitem(last=False)
-        else:
-            lru.move_to_end(text)
+            lru.put(text, mask)
         return mask.clone()
 
     def _compute_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:

@@ -33,15 +33,15 @@ this CPU (``benchmarks/bench_structured.py`` measures the share of an SMC step):
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-import weakref
 from typing import Any
 
 import torch
 
+from llamppl.batching import Coalescer
 from llamppl.lm.base import LanguageModel
+from llamppl.lm.memo import PerLM
 
 __all__ = [
     "Grammar",
@@ -165,25 +165,24 @@ class _VocabTokenizer:
         return ids
 
 
-_TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+def _build_ll_tokenizer(lm: LanguageModel):
+    llg = require_llguidance()
+    hf = getattr(lm, "tokenizer", None)
+    if hf is not None and getattr(hf, "is_fast", False):
+        import llguidance.hf
+
+        return llguidance.hf.from_tokenizer(hf, n_vocab=lm.vocab_size, eos_token=lm.eos_token_id)
+    return llg.LLTokenizer(llg.TokenizerWrapper(_VocabTokenizer(lm)), slices=[])
+
+
+_TOKENIZERS = PerLM(_build_ll_tokenizer)
 
 
 def ll_tokenizer(lm: LanguageModel):
     """The llguidance ``LLTokenizer`` for ``lm`` (built once per LM, ~1 s for a 49k vocabulary)."""
     if not isinstance(lm, LanguageModel):
         raise TypeError(f"lm must be a LanguageModel, got {type(lm).__name__}")
-    tok = _TOKENIZERS.get(lm)
-    if tok is None:
-        llg = require_llguidance()
-        hf = getattr(lm, "tokenizer", None)
-        if hf is not None and getattr(hf, "is_fast", False):
-            import llguidance.hf
-
-            tok = llguidance.hf.from_tokenizer(hf, n_vocab=lm.vocab_size, eos_token=lm.eos_token_id)
-        else:
-            tok = llg.LLTokenizer(llg.TokenizerWrapper(_VocabTokenizer(lm)), slices=[])
-        _TOKENIZERS[lm] = tok
-    return tok
+    return _TOKENIZERS(lm)
 
 
 class MatcherState:
@@ -310,86 +309,52 @@ class MaskBatcher:
 
     ``await batcher.mask(state)`` gives the ``(V,)`` bool mask of one matcher;
     ``await batcher.apply(state, log_probs, final)`` gives the masked probabilities
-    and log allowed mass (:func:`apply_masks`). The first request of a round
-    schedules a flush task that yields to the event loop until no new request
-    arrives (every particle of the step has asked), then serves all requests of a
-    kind in one call — the scheme of
-    :meth:`llamppl.lm.base.LanguageModel.next_token_logprobs`. ``flushes`` counts
+    and log allowed mass (:func:`apply_masks`). Each kind has a
+    :class:`llamppl.batching.Coalescer` (the one LMs use): all requests of a kind
+    awaited in one event-loop round are served in one call. ``flushes`` counts
     the batched calls.
     """
 
     def __init__(self, lm: LanguageModel) -> None:
         self.lm = lm
-        self.flushes = 0
-        self._pending: list[tuple[tuple, asyncio.Future]] = []
-        self._task: asyncio.Task | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._masks = Coalescer(self._mask_batch)
+        self._applies = Coalescer(self._apply_batch)
+
+    @property
+    def flushes(self) -> int:
+        """Batched calls made (mask and apply rounds are separate calls)."""
+        return self._masks.calls + self._applies.calls
 
     def __deepcopy__(self, memo) -> MaskBatcher:
         return self  # shared by all particles, like the LM
 
     async def mask(self, state: MatcherState) -> torch.Tensor:
         """``(V,)`` bool mask of the tokens ``state`` allows next."""
-        return await self._submit(("mask", state))
+        return await self._masks.submit(state)
 
     async def apply(
         self, state: MatcherState, log_probs: torch.Tensor, final: bool = False
     ) -> tuple[torch.Tensor, float]:
         """``(q, log G')`` for one particle: masked probabilities ``(V,)`` and log allowed mass."""
-        return await self._submit(("apply", state, log_probs, bool(final)))
+        return await self._applies.submit((state, log_probs, bool(final)))
 
-    async def _submit(self, request: tuple):
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            self._loop, self._pending, self._task = loop, [], None
-        fut = loop.create_future()
-        self._pending.append((request, fut))
-        if self._task is None:
-            self._task = loop.create_task(self._flush())
-        return await fut
+    def _mask_batch(self, states: list[MatcherState]) -> list:
+        return list(allowed_masks(self.lm, states))
 
-    async def _flush(self) -> None:
-        seen = -1
-        while seen != len(self._pending):
-            seen = len(self._pending)
-            await asyncio.sleep(0)
-        pending, self._pending, self._task = self._pending, [], None
-        live = [(r, f) for r, f in pending if not f.cancelled()]
-        for kind in ("mask", "apply"):
-            group = [(r, f) for r, f in live if r[0] == kind]
-            if not group:
-                continue
-            self.flushes += 1
-            try:
-                results = self._serve(kind, [r for r, _ in group])
-            except BaseException as exc:
-                for _, f in group:
-                    if not f.done():
-                        f.set_exception(exc)
-                continue
-            for res, (_, f) in zip(results, group):
-                if not f.done():
-                    f.set_result(res)
-
-    def _serve(self, kind: str, requests: list[tuple]) -> list:
-        states = [r[1] for r in requests]
-        if kind == "mask":
-            return list(allowed_masks(self.lm, states))
-        log_probs = torch.stack([r[2] for r in requests])  # (B, V)
-        final = torch.tensor([r[3] for r in requests], device=log_probs.device)
+    def _apply_batch(self, requests: list[tuple]) -> list:
+        states = [r[0] for r in requests]
+        log_probs = torch.stack([r[1] for r in requests])  # (B, V)
+        final = torch.tensor([r[2] for r in requests], device=log_probs.device)
         q, log_mass = apply_masks(self.lm, states, log_probs, final)
         return list(zip(q, log_mass.tolist()))
 
 
-_BATCHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BATCHERS = PerLM(MaskBatcher)
 
 
 def mask_batcher(lm: LanguageModel) -> MaskBatcher:
     """The shared :class:`MaskBatcher` of ``lm`` (one per LM)."""
-    batcher = _BATCHERS.get(lm)
-    if batcher is None:
-        batcher = _BATCHERS[lm] = MaskBatcher(lm)
-    return batcher
+    return _BATCHERS(lm)
 
 
 def make_grammar(

@@ -1,13 +1,14 @@
 """Language models: the :class:`LanguageModel` interface, the exact :class:`FunctionLM`,
 and the Hugging Face backed :class:`CachedCausalLM` with its token-trie KV cache."""
 
-from .base import LanguageModel, validate_token_ids
+from .base import LanguageModel, LMStats, validate_token_ids
 from .cached_causal_lm import CachedCausalLM, CacheStats
 from .function_lm import FunctionLM
 from .vllm_lm import VLLMLM, VLLMStats
 
 __all__ = [
     "LanguageModel",
+    "LMStats",
     "FunctionLM",
     "CachedCausalLM",
     "CacheStats",

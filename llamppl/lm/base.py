@@ -10,19 +10,23 @@ log-probabilities. The base class turns many concurrent awaits of
     logps = await asyncio.gather(*(lm.next_token_logprobs([0] * i) for i in range(16)))
     assert lm.batch_calls == 1          # 16 awaits, one batched call
 
-Coalescing works per event loop: the first request schedules a flush task,
-which yields to the loop until no new request arrives, then serves all of them.
+Coalescing is :class:`llamppl.batching.Coalescer` (per event loop: the first
+request schedules a flush task, which yields to the loop until no new request
+arrives, then serves all of them). Every LM counts its work in ``lm.stats``, an
+:class:`LMStats` (backends extend it with their own counters).
 """
 
 from __future__ import annotations
 
-import asyncio
 import numbers
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
 import torch
 
-__all__ = ["LanguageModel", "validate_token_ids"]
+from ..batching import Coalescer
+
+__all__ = ["LMStats", "LanguageModel", "validate_token_ids"]
 
 
 def validate_token_ids(
@@ -58,6 +62,39 @@ def validate_token_ids(
     return tuple(out)
 
 
+@dataclass
+class LMStats:
+    """Work counters every :class:`LanguageModel` keeps in ``lm.stats``.
+
+    Attributes
+    ----------
+    batch_calls : int
+        Batched backend calls made for the coalesced requests (one per flush, one per
+        blocking call).
+    forward_calls : int
+        Model evaluations: transformer forwards, engine calls; one per batched call for
+        a :class:`~llamppl.FunctionLM`.
+    tokens_run : int
+        Context tokens the model had to compute (for a ``FunctionLM``: the lengths of
+        the contexts ``logits_fn`` was called on).
+    cache_hits : int
+        Requested contexts served from a memo, with no model work.
+    requests : int
+        Distinct contexts served.
+    """
+
+    batch_calls: int = 0
+    forward_calls: int = 0
+    tokens_run: int = 0
+    cache_hits: int = 0
+    requests: int = 0
+
+    def reset(self) -> None:
+        """Zero every counter."""
+        for f in fields(self):
+            setattr(self, f.name, 0)
+
+
 class LanguageModel:
     """Abstract next-token model over a fixed vocabulary.
 
@@ -73,20 +110,25 @@ class LanguageModel:
         "the sequence ended" with ``token in lm.eos_token_ids``.
     bos_token_id : int | None
         Id prepended to every context by :class:`~llamppl.LMContext`, or None.
-    batch_calls : int
-        How many batched calls the coalescer has made (one per flush).
+    other_eos_token_ids : frozenset[int]
+        End tokens besides ``eos_token_id`` (set by backends).
+    stats : LMStats
+        Work counters (a backend's subclass of :class:`LMStats`).
     """
 
     vocab: list[str]
     eos_token_id: int
     bos_token_id: int | None = None
-    _extra_eos_ids: frozenset[int] = frozenset()  # end tokens besides eos_token_id
+    other_eos_token_ids: frozenset[int] = frozenset()
 
     def __init__(self) -> None:
-        self.batch_calls = 0
-        self._pending: list[tuple[tuple[int, ...], asyncio.Future]] = []
-        self._flush_task: asyncio.Task | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.stats: LMStats = LMStats()
+        self._coalescer: Coalescer[tuple[int, ...], torch.Tensor] = Coalescer(self._serve)
+
+    @property
+    def batch_calls(self) -> int:
+        """How many batched calls the coalescer has made (``stats.batch_calls``, read-only)."""
+        return self.stats.batch_calls
 
     # ------------------------------------------------------------------ interface
     @property
@@ -102,7 +144,7 @@ class LanguageModel:
     @property
     def eos_token_ids(self) -> frozenset[int]:
         """Every token id that ends a sequence; always contains ``eos_token_id``."""
-        return self._extra_eos_ids | {self.eos_token_id}
+        return self.other_eos_token_ids | {self.eos_token_id}
 
     @property
     def byte_vocab(self) -> list[bytes]:
@@ -177,20 +219,12 @@ class LanguageModel:
         Concurrent awaits (e.g. from all particles of an SMC step) are served by
         one batched call to the backend.
         """
-        ids = validate_token_ids(token_ids, self.vocab_size)
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            self._loop, self._pending, self._flush_task = loop, [], None
-        fut = loop.create_future()
-        self._pending.append((ids, fut))
-        if self._flush_task is None:
-            self._flush_task = loop.create_task(self._flush())
-        return await fut
+        return await self._coalescer.submit(validate_token_ids(token_ids, self.vocab_size))
 
     def next_token_logprobs_sync(self, token_ids: Sequence[int]) -> torch.Tensor:
         """Blocking single-context version of :meth:`next_token_logprobs`."""
         ids = validate_token_ids(token_ids, self.vocab_size)
-        self.batch_calls += 1
+        self.stats.batch_calls += 1
         return self._next_token_logprobs_batch([ids])[0]
 
     def batch_next_token_logprobs(self, contexts: Sequence[Sequence[int]]) -> list[torch.Tensor]:
@@ -203,27 +237,6 @@ class LanguageModel:
     # ------------------------------------------------------------------ internals
     def _serve(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
         unique = list(dict.fromkeys(contexts))
-        self.batch_calls += 1
+        self.stats.batch_calls += 1
         results = dict(zip(unique, self._next_token_logprobs_batch(unique)))
         return [results[c] for c in contexts]
-
-    async def _flush(self) -> None:
-        # Let every runnable coroutine submit its request before serving them.
-        seen = -1
-        while seen != len(self._pending):
-            seen = len(self._pending)
-            await asyncio.sleep(0)
-        pending, self._pending, self._flush_task = self._pending, [], None
-        live = [(c, f) for c, f in pending if not f.cancelled()]
-        if not live:
-            return
-        try:
-            results = self._serve([c for c, _ in live])
-        except BaseException as exc:  # surface backend errors at every awaiting call
-            for _, f in live:
-                if not f.done():
-                    f.set_exception(exc)
-            return
-        for (_, f), r in zip(live, results):
-            if not f.done():
-                f.set_result(r)

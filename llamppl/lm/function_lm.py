@@ -67,7 +67,7 @@ class FunctionLM(LanguageModel):
         self.bos_token_id = bos_token_id
         if eos_token_ids is not None:
             extra = validate_token_ids(eos_token_ids, len(vocab), "eos_token_ids")
-            self._extra_eos_ids = frozenset(extra) - {self.eos_token_id}
+            self.other_eos_token_ids = frozenset(extra) - {self.eos_token_id}
         self.logits_fn = logits_fn
         self._cache: dict[tuple[int, ...], torch.Tensor] = {}
         self._by_length = sorted(range(len(vocab)), key=lambda i: -len(vocab[i]))
@@ -95,26 +95,42 @@ class FunctionLM(LanguageModel):
 
     def logprobs(self, context: Sequence[int]) -> torch.Tensor:
         """Normalised float64 log-probabilities after ``context`` (memoised, synchronous)."""
-        ctx = tuple(context)
+        return self._logprobs(tuple(context))[0]
+
+    def _logprobs(self, ctx: tuple[int, ...]) -> tuple[torch.Tensor, bool]:
+        """``(log-probs, whether they were memoised)`` of ``ctx``."""
         out = self._cache.get(ctx)
-        if out is None:
-            logits = torch.as_tensor(self.logits_fn(ctx), dtype=torch.float64).flatten()
-            if logits.numel() != self.vocab_size:
-                raise ValueError(
-                    f"logits_fn returned {logits.numel()} logits for a vocab of {self.vocab_size}"
-                )
-            if torch.isnan(logits).any():
-                raise ValueError(f"logits_fn returned NaN for context {ctx}")
-            if torch.isposinf(logits).any() or not torch.isfinite(logits).any():
-                raise ValueError(
-                    f"logits_fn must give finite logits or -inf, with at least one finite, for context {ctx}"
-                )
-            out = torch.log_softmax(logits, dim=0)
-            self._cache[ctx] = out
-        return out
+        if out is not None:
+            return out, True
+        logits = torch.as_tensor(self.logits_fn(ctx), dtype=torch.float64).flatten()
+        if logits.numel() != self.vocab_size:
+            raise ValueError(
+                f"logits_fn returned {logits.numel()} logits for a vocab of {self.vocab_size}"
+            )
+        if torch.isnan(logits).any():
+            raise ValueError(f"logits_fn returned NaN for context {ctx}")
+        if torch.isposinf(logits).any() or not torch.isfinite(logits).any():
+            raise ValueError(
+                f"logits_fn must give finite logits or -inf, with at least one finite, for context {ctx}"
+            )
+        out = torch.log_softmax(logits, dim=0)
+        self._cache[ctx] = out
+        return out, False
 
     def _next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
-        return [self.logprobs(c) for c in contexts]
+        """One "forward" per batched call (``stats``); memoised contexts count as cache hits."""
+        stats = self.stats
+        stats.forward_calls += 1
+        stats.requests += len(contexts)
+        out = []
+        for c in contexts:
+            lp, hit = self._logprobs(c)
+            if hit:
+                stats.cache_hits += 1
+            else:
+                stats.tokens_run += len(c)
+            out.append(lp)
+        return out
 
     def sequence_logprob(self, prompt: Sequence[int], continuation: Sequence[int]) -> float:
         """``log p(continuation | prompt)``, summed token by token."""

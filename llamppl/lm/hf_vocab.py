@@ -22,13 +22,24 @@ Conventions (what constraints see):
   prompt the space is really there. ``join_bytes`` tells whether
   ``b"".join(byte_vocab[i] for i in ids).decode("utf-8", "replace")`` equals the
   tokenizer's own decode (byte-level BPE: yes); otherwise decode with the tokenizer.
+
+:class:`HFTokenizerLM` is the tokenizer half both Hugging Face tokenizer backends
+(:class:`~llamppl.CachedCausalLM`, :class:`~llamppl.lm.vllm_lm.VLLMLM`) share: these
+tables, ``encode``/``decode``, the chat template and the next-token log-prob LRU.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["build_vocab", "eos_ids", "bos_id"]
+import torch
+
+from ..validation import check_nonnegative_int
+from .base import LanguageModel, validate_token_ids
+from .memo import LRU
+
+__all__ = ["HFTokenizerLM", "build_vocab", "eos_ids", "bos_id"]
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -145,3 +156,90 @@ def bos_id(tokenizer: Any) -> int | None:
     except Exception:
         return None
     return int(bos) if ids and ids[0] == bos else None
+
+
+class HFTokenizerLM(LanguageModel):
+    """A :class:`LanguageModel` whose token ids are those of a Hugging Face tokenizer.
+
+    Parameters
+    ----------
+    tokenizer : transformers tokenizer
+        The tokenizer.
+    vocab_size : int
+        Width of the log-prob vectors (the model's output dimension; may exceed the tokenizer).
+    model : object
+        Where :func:`eos_ids` reads ``config`` and ``generation_config`` EOS ids.
+    max_cached_logprobs : int
+        How many next-token log-prob vectors :attr:`logprob_memo` keeps (most recent).
+
+    Attributes
+    ----------
+    tokenizer
+        The tokenizer.
+    vocab_bytes : list[bytes]
+        Exact bytes of every token id (module docstring).
+    logprob_memo : LRU
+        Recent next-token log-prob vectors, keyed as the backend chooses.
+    """
+
+    def __init__(
+        self, tokenizer: Any, vocab_size: int, model: Any, max_cached_logprobs: int
+    ) -> None:
+        super().__init__()
+        capacity = check_nonnegative_int("max_cached_logprobs", max_cached_logprobs)
+        self.tokenizer = tokenizer
+        self._vocab_size = vocab_size
+        self.vocab, self.vocab_bytes, self._join_bytes = build_vocab(tokenizer, vocab_size)
+        self.eos_token_id, eos_set = eos_ids(tokenizer, model, vocab_size)
+        self.other_eos_token_ids = eos_set - {self.eos_token_id}
+        self.bos_token_id = bos_id(tokenizer)
+        self.logprob_memo: LRU[Any, torch.Tensor] = LRU(capacity)
+
+    @property
+    def vocab_size(self) -> int:
+        """Output dimension of the model (may exceed the tokenizer's length)."""
+        return self._vocab_size
+
+    @property
+    def max_cached_logprobs(self) -> int:
+        """How many next-token log-prob vectors are kept (most recent first)."""
+        return self.logprob_memo.capacity
+
+    @max_cached_logprobs.setter
+    def max_cached_logprobs(self, value: int) -> None:
+        self.logprob_memo.capacity = check_nonnegative_int("max_cached_logprobs", value)
+
+    @property
+    def byte_vocab(self) -> list[bytes]:
+        """Exact bytes each token id appends (``vocab_bytes``; see the module docstring)."""
+        return self.vocab_bytes
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, no special tokens added."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids`` (special tokens included as their text)."""
+        ids = validate_token_ids(token_ids, self.vocab_size)
+        if self._join_bytes:  # byte-level BPE: the bytes are the decode
+            return b"".join(self.vocab_bytes[i] for i in ids).decode("utf-8", errors="replace")
+        return self.tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
+
+    def apply_chat_template(self, messages: Sequence[dict]) -> list[int]:
+        """Token ids of ``messages`` rendered by the tokenizer's chat template with the
+        generation prompt (the text up to where the assistant's reply begins).
+
+        Raises ``ValueError`` if the tokenizer has no chat template (a base model).
+        """
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(
+                f"the tokenizer of {type(self).__name__} has no chat template "
+                "(a base model?): pass a prompt string instead of messages"
+            )
+        text = self.tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=False
+        )
+        # The template writes BOS and role markers itself: add no special tokens again.
+        return list(self.tokenizer.encode(text, add_special_tokens=False))

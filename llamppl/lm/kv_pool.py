@@ -22,7 +22,15 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-__all__ = ["KVPool", "PoolLayer", "PoolCache"]
+__all__ = ["KVPool", "PoolLayer", "PoolCache", "slot_bytes"]
+
+
+def slot_bytes(
+    n_layers: int, n_kv_heads: int, head_dim: int, v_head_dim: int, dtype: torch.dtype
+) -> int:
+    """Bytes of K and V for one token across all layers."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    return n_layers * n_kv_heads * (head_dim + v_head_dim) * elem
 
 
 class KVPool:
@@ -82,9 +90,10 @@ class KVPool:
 
     @property
     def bytes_per_slot(self) -> int:
-        """Bytes of K and V for one token across all layers."""
-        elem = torch.empty((), dtype=self.dtype).element_size()
-        return self.n_layers * self.n_kv_heads * (self.head_dim + self.v_head_dim) * elem
+        """Bytes of K and V for one token across all layers (:func:`slot_bytes`)."""
+        return slot_bytes(
+            self.n_layers, self.n_kv_heads, self.head_dim, self.v_head_dim, self.dtype
+        )
 
     @property
     def allocated_slots(self) -> int:

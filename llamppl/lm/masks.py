@@ -5,8 +5,8 @@ frozensets of token ids (``id in mask``, ``a | b`` work as in LLaMPPL) that also
 carry a ``(V,)`` bool tensor on ``lm.device`` (``mask.tensor``), which
 ``LMContext.mask_dist`` uses directly, so masking costs no per-call conversion.
 Every table is built with one pass over the vocabulary on first access and
-cached on the LM (:func:`lm_table`); ``models.constraints`` reuses the same
-per-token statistics (:func:`word_stats`).
+cached on the LM (:func:`llamppl.lm.memo.lm_table`); ``decoding.constraints``
+reuses the same per-token statistics (:func:`word_stats`).
 
 Definitions, on the text ``t = lm.vocab[i]`` (byte-level BPE and SentencePiece
 vocabularies are decoded to text by the LM, so the same rules apply to both):
@@ -25,23 +25,14 @@ EOS is in no mask but ``EOS`` and ``ALL_TOKENS``.
 from __future__ import annotations
 
 import string
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-__all__ = ["TokenSet", "VocabMasks", "lm_table", "masks_for", "word_stats"]
+from .memo import PerLM
 
-_LM_TABLES: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
-
-
-def lm_table(lm: Any, key: Any, build: Callable[[Any], Any]) -> Any:
-    """``build(lm)``, computed once per (LM object, ``key``) and cached while the LM lives."""
-    tables = _LM_TABLES.setdefault(lm, {})
-    if key not in tables:
-        tables[key] = build(lm)
-    return tables[key]
+__all__ = ["TokenSet", "VocabMasks", "masks_for", "word_stats"]
 
 
 class TokenSet(frozenset):
@@ -84,9 +75,12 @@ def _build_word_stats(lm: Any) -> dict[str, torch.Tensor]:
     }
 
 
+_WORD_STATS = PerLM(_build_word_stats)
+
+
 def word_stats(lm: Any) -> dict[str, torch.Tensor]:
     """Per-token letter-run statistics of ``lm.vocab``: ``(V,)`` tensors ``lead``, ``longest``, ``has_other``."""
-    return lm_table(lm, "word_stats", _build_word_stats)
+    return _WORD_STATS(lm)
 
 
 def _only(chars: str) -> Callable[[str], bool]:
@@ -104,6 +98,11 @@ _RULES: dict[str, Callable[[str], bool]] = {
 }
 
 
+_STRIPPED_LENGTHS = PerLM(
+    lambda lm: torch.tensor([len(t.strip()) for t in lm.vocab], device=lm.device)
+)
+
+
 class VocabMasks:
     """The masks of one LM (see the module docstring); each built on first access, then cached."""
 
@@ -113,12 +112,7 @@ class VocabMasks:
 
     def token_length_mask(self, min: int | None = None, max: int | None = None) -> TokenSet:
         """Ids whose text, stripped of surrounding whitespace, has ``min <= len <= max`` characters."""
-        lm = self._lm
-
-        def lengths(lm: Any) -> torch.Tensor:
-            return torch.tensor([len(t.strip()) for t in lm.vocab], device=lm.device)
-
-        n = lm_table(lm, "stripped_lengths", lengths)
+        n = _STRIPPED_LENGTHS(self._lm)
         mask = torch.ones_like(n, dtype=torch.bool)
         if min is not None:
             mask &= n >= min
@@ -154,6 +148,9 @@ class VocabMasks:
         return mask
 
 
+_MASKS = PerLM(VocabMasks)
+
+
 def masks_for(lm: Any) -> VocabMasks:
     """The (cached) :class:`VocabMasks` of ``lm``."""
-    return lm_table(lm, "masks", VocabMasks)
+    return _MASKS(lm)

@@ -3,8 +3,8 @@
 :class:`TokenTrie` is the bookkeeping half of :class:`~llamppl.CachedCausalLM`'s
 cache (DESIGN §4): one :class:`TrieNode` per token from the root (the empty
 context). A node owns the integer *slot* where its token's K/V live in a
-:class:`~llamppl.lm.kv_pool.KVPool`, plus two opaque payloads the LM fills in
-(``hidden``: the final hidden state; ``logprobs``). The trie itself never
+:class:`~llamppl.lm.kv_pool.KVPool`, plus an opaque payload the LM fills in
+(``hidden``: the final hidden state). The trie itself never
 touches a tensor, so it can be built and tested without a model (like
 sglang's simulated radix cache)::
 
@@ -67,8 +67,8 @@ class TrieNode:
         Logical time of the last use (see :meth:`TokenTrie.touch`).
     lock_ref : int
         Number of outstanding locks; a locked node is never evicted.
-    hidden, logprobs : object
-        Opaque payloads owned by the LM (a hidden state, next-token log-probs).
+    hidden : object
+        Opaque payload owned by the LM (the final hidden state).
     """
 
     __slots__ = (
@@ -80,7 +80,6 @@ class TrieNode:
         "last_used",
         "lock_ref",
         "hidden",
-        "logprobs",
     )
 
     def __init__(self, token: int, parent: TrieNode | None, depth: int, slot: int) -> None:
@@ -92,7 +91,6 @@ class TrieNode:
         self.last_used = 0
         self.lock_ref = 0
         self.hidden: object = None
-        self.logprobs: object = None
 
     @property
     def alive(self) -> bool:
@@ -249,7 +247,7 @@ class TokenTrie:
                 parent.last_used = node.last_used
         slot = node.slot
         self._free.append(slot)
-        node.slot, node.parent, node.hidden, node.logprobs = -1, None, None, None
+        node.slot, node.parent, node.hidden = -1, None, None
         if node.lock_ref:
             node.lock_ref = 0
             self._locked.discard(node)
@@ -297,7 +295,7 @@ class TokenTrie:
     def clear(self) -> None:
         """Drop every node (locks included) and free all slots."""
         for node in list(self.nodes()):
-            node.slot, node.parent, node.hidden, node.logprobs = -1, None, None, None
+            node.slot, node.parent, node.hidden = -1, None, None
             node.children, node.lock_ref = {}, 0
         self.root.children = {}
         self._free = list(range(self.capacity - 1, -1, -1))

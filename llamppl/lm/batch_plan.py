@@ -1,0 +1,145 @@
+"""Row layout of one batched cached forward: trie groups -> ids, positions, slots, ancestry.
+
+Pure Python planning for :class:`~llamppl.CachedCausalLM`; no tensor, no model,
+so it is tested on a bare :class:`~llamppl.lm.trie.TokenTrie`. The steps:
+
+1. :func:`count_new_tokens`: how many trie nodes a set of requests will create
+   (to reserve that many cache slots before inserting anything).
+2. :func:`group_paths`: the inserted nodes grouped by the cached node they hang
+   from. A group is usually one context's single new token; at a fresh prompt it
+   is the prompt and every continuation of it (a tree).
+3. :func:`plan_rows`: one row per group. Row ``b`` holds ``P`` cached keys (its
+   base's path, left padded) then ``T`` new tokens (left padded); ``P``, ``T`` are
+   the maxima over rows. A new token sees the cached path and its own ancestors
+   in the group: a chain needs only the causal triangle; a branching group
+   (a tree) also gets its ancestor-or-self matrix. Padding reads the pool's
+   scratch slot. So every new node is run exactly once, and the rows are
+   independent::
+
+       plan = plan_rows(groups, bases, scratch=pool.scratch)
+       plan.ids, plan.pos      # (B*T,) token ids and positions, row-major
+       plan.read               # (B*(P+T),) pool slot of every key column
+       plan.src, plan.dst      # new node k: flat index b*T + column, and its slot
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .trie import TrieNode
+
+__all__ = ["Request", "RowPlan", "count_new_tokens", "group_paths", "plan_rows"]
+
+
+@dataclass
+class Request:
+    """One context that needs transformer work in the current batch."""
+
+    index: int  # position in the batch's result list
+    context: tuple[int, ...]
+    matched: TrieNode  # deepest node cached before the batch
+    n_matched: int
+
+    @property
+    def suffix(self) -> tuple[int, ...]:
+        """The tokens past the cached prefix."""
+        return self.context[self.n_matched :]
+
+
+def count_new_tokens(requests: Sequence[Request]) -> int:
+    """Distinct trie nodes inserting every request's suffix will create (shared suffixes once)."""
+    below: dict[int, dict] = {}
+    n_new = 0
+    for r in requests:
+        d = below.setdefault(id(r.matched), {})
+        for t in r.suffix:
+            nxt = d.get(t)
+            if nxt is None:
+                nxt = d[t] = {}
+                n_new += 1
+            d = nxt
+    return n_new
+
+
+def group_paths(
+    bases: Sequence[TrieNode], paths: Sequence[Sequence[TrieNode]]
+) -> tuple[list[list[TrieNode]], list[TrieNode]]:
+    """Group the new nodes ``paths[i]`` (inserted below ``bases[i]``) by the base they hang from.
+
+    Returns ``(groups, group_bases)``: each group's nodes in topological order
+    (parents first), and the cached node above it. Every node appears once.
+    """
+    group_of: dict[TrieNode, int] = {}
+    groups: list[list[TrieNode]] = []
+    group_bases: list[TrieNode] = []
+    for base, path in zip(bases, paths):
+        g = group_of.get(path[0])
+        if g is None:
+            g = len(groups)
+            groups.append([])
+            group_bases.append(base)
+        for node in path:
+            if node not in group_of:
+                group_of[node] = g
+                groups[g].append(node)
+    return groups, group_bases
+
+
+@dataclass
+class RowPlan:
+    """Index data of one batched forward (see the module docstring); flat lists, row-major."""
+
+    B: int  # rows
+    T: int  # new-token columns
+    P: int  # cached-key columns
+    ids: list[int]  # (B*T,) token ids, 0 in padding
+    pos: list[int]  # (B*T,) positions, 0 in padding
+    t_len: list[int]  # (B,) new tokens per row
+    p_len: list[int]  # (B,) cached keys per row
+    src: list[int] = field(default_factory=list)  # flat index b*T + column of each new node
+    dst: list[int] = field(default_factory=list)  # its pool slot
+    read: list[int] = field(default_factory=list)  # (B*(P+T),) pool slot of every key column
+    trees: list[tuple[int, int]] = field(default_factory=list)  # (row, size) of branching groups
+    ancestry: list[int] = field(default_factory=list)  # their ancestor-or-self matrices, flattened
+
+
+def ancestor_matrix(parents: Sequence[int]) -> list[list[int]]:
+    """0/1 matrix ``m[k][j] = 1`` iff node ``j`` is node ``k`` or an ancestor (``parents[k] < k``, -1: none)."""
+    n = len(parents)
+    anc: list[list[int]] = []
+    for k, par in enumerate(parents):
+        row = list(anc[par]) if par >= 0 else [0] * n
+        row[k] = 1
+        anc.append(row)
+    return anc
+
+
+def plan_rows(
+    groups: Sequence[Sequence[TrieNode]], bases: Sequence[TrieNode], scratch: int
+) -> RowPlan:
+    """The row layout of ``groups`` below ``bases``; padding reads and writes slot ``scratch``."""
+    B = len(groups)
+    t_len = [len(g) for g in groups]
+    p_len = [b.depth for b in bases]
+    T, P = max(t_len), max(p_len)
+    plan = RowPlan(B, T, P, [0] * (B * T), [0] * (B * T), t_len, p_len)
+    for b, (g, base) in enumerate(zip(groups, bases)):
+        off = T - len(g)
+        index = {node: k for k, node in enumerate(g)}
+        parents = [index.get(node.parent, -1) for node in g]
+        if any(par != k - 1 for k, par in enumerate(parents)):
+            plan.trees.append((b, len(g)))
+            plan.ancestry += [x for row in ancestor_matrix(parents) for x in row]
+        plan.read += [scratch] * (P - base.depth)
+        if base.depth:
+            plan.read += base.path_slots()
+        plan.read += [scratch] * off
+        for k, node in enumerate(g):
+            at = b * T + off + k
+            plan.ids[at] = node.token
+            plan.pos[at] = node.depth - 1
+            plan.src.append(at)
+            plan.dst.append(node.slot)
+            plan.read.append(node.slot)
+    return plan
