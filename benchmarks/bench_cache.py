@@ -306,7 +306,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     lm = load_lm(args.model, args.dtype, args.device)
-    limit = lm._max_positions
+    limit = lm.max_positions
     if limit is not None and args.prompt_len + max(args.new_tokens, args.tree_steps) > limit:
         ap.error(f"--prompt-len + --new-tokens must not exceed the model's {limit} positions")
     print(
