@@ -1,8 +1,11 @@
-"""SMC speculative decoding sweep: draft depth × draft temperature × N against plain sampling.
+"""SMC speculative decoding sweep: draft × draft temperature × N against plain sampling.
 
-Target: the embedded SmolLM2-135M (30 decoder layers). Drafts: the target cut after
-its first L layers (``truncated_draft``). For every (L, draft temperature τ, N) the
-script runs ``speculative_smc`` (K draft tokens per round) on a few seeds and reports
+Target: the embedded SmolLM2-135M (30 decoder layers). Drafts share the target's
+weights: ``first:L`` keeps its first L layers (``truncated_draft``, an early exit) and
+``skip:A+B`` its first A and last B layers (``skip_middle_draft``). For each draft the
+script first prints its mean next-token total variation from the target over the
+positions of a fixed text (0 when the draft is the target). For every (draft, draft
+temperature τ, N) it runs ``speculative_smc`` (K draft tokens per round) on a few seeds and reports
 the mean ESS per round (before resampling; N when the draft equals the target), the
 smallest round ESS, mean log Ẑ (Ẑ is unbiased for Z = 1; far below 0 means the weights
 degenerate), wall time and tokens per second of the returned output, next to plain
@@ -13,6 +16,7 @@ ratio to plain) among those keeping
 mean ESS >= N/2 (the example's defaults).
 
     python benchmarks/bench_speculative.py --threads 1 --max-tokens 16 --seeds 2
+    python benchmarks/bench_speculative.py --drafts first:24 skip:12+12 --particles 4 8
 """
 
 from __future__ import annotations
@@ -26,9 +30,43 @@ import torch
 from _args import positive_float, positive_int  # noqa: E402
 
 from llamppl import CachedCausalLM, run
-from llamppl.models import low_temperature_decode, speculative_smc, truncated_draft
+from llamppl.models import (
+    low_temperature_decode,
+    skip_middle_draft,
+    speculative_smc,
+    truncated_draft,
+)
 
 PROMPT = "Once upon a time, there was a"
+TV_TEXT = (
+    "Once upon a time, there was a little girl who lived in a village near the forest. "
+    "She loved to walk among the trees and listen to the birds."
+)
+
+
+def make_draft(target, spec: str):
+    """``first:L`` -> truncated_draft(target, L); ``skip:A+B`` -> skip_middle_draft(target, A, B)."""
+    kind, _, arg = spec.partition(":")
+    try:
+        if kind == "first":
+            return truncated_draft(target, int(arg))
+        if kind == "skip":
+            first, _, last = arg.partition("+")
+            return skip_middle_draft(target, int(first), int(last))
+    except ValueError as e:
+        raise SystemExit(f"--drafts {spec!r}: {e}") from None
+    raise SystemExit(f"--drafts entries must look like first:24 or skip:12+12, got {spec!r}")
+
+
+def next_token_tv(target, draft) -> float:
+    """Mean total variation between the two LMs' next-token distributions over ``TV_TEXT``."""
+    ids = torch.tensor([target.tokenizer.encode(TV_TEXT)])
+    with torch.inference_mode():
+        p, q = (
+            torch.softmax(lm.model(ids, use_cache=False).logits[0].float(), -1)
+            for lm in (target, draft)
+        )
+    return float(0.5 * (p - q).abs().sum(-1).mean())
 
 
 def run_smc(target, draft, n, k, temp, max_tokens, seed) -> dict:
@@ -62,7 +100,10 @@ def run_plain(target, max_tokens, seed) -> tuple[float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=positive_int, nargs="+", default=[6, 12, 18, 24])
+    parser.add_argument(
+        "--drafts", nargs="+", default=["first:24", "skip:12+12", "skip:13+13"],
+        help="first:L (first L layers) or skip:A+B (first A and last B layers)",
+    )  # fmt: skip
     parser.add_argument("--temps", type=positive_float, nargs="+", default=[1.0, 1.5])
     parser.add_argument("--particles", type=positive_int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--k", type=positive_int, default=4, help="K, draft tokens per round")
@@ -73,22 +114,24 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     target = CachedCausalLM.default()
     total = target.model.config.num_hidden_layers
-    bad = [n for n in args.layers if n > total]
-    if bad:
-        parser.error(f"--layers must lie in [1, {total}] for this model, got {bad}")
+    drafts = {spec: make_draft(target, spec) for spec in args.drafts}
     print(
         f"torch {torch.__version__}, threads = {torch.get_num_threads()}; target SmolLM2-135M "
         f"({total} layers), K = {args.k}, max tokens = {args.max_tokens}, seeds = {args.seeds}"
     )
     seeds = range(args.seeds)
     run_plain(target, 2, 0)  # warm-up
+    for spec, draft in drafts.items():
+        print(
+            f"draft {spec}: {draft.model.config.num_hidden_layers} layers, "
+            f"next-token TV from the target {next_token_tv(target, draft):.3f}"
+        )
 
-    header = f"{'layers':>6}{'temp':>6}{'N':>4}{'mean ESS':>10}{'ESS/N':>7}{'min ESS':>9}{'log Z':>8}{'wall s':>8}{'tok/s':>7}{'plain':>7}{'ratio':>7}"
+    header = f"{'draft':>11}{'temp':>6}{'N':>4}{'mean ESS':>10}{'ESS/N':>7}{'min ESS':>9}{'log Z':>8}{'wall s':>8}{'tok/s':>7}{'plain':>7}{'ratio':>7}"
     print(header)
     print("-" * len(header))
     rows = []
-    for layers in args.layers:
-        draft = truncated_draft(target, layers)
+    for spec, draft in drafts.items():
         for temp in args.temps:
             for n in args.particles:
                 rs, plain = [], []
@@ -98,7 +141,7 @@ def main() -> None:
                 tps = sum(r["tokens"] for r in rs) / sum(r["wall"] for r in rs)
                 plain_tps = sum(t for _, t in plain) / sum(w for w, _ in plain)
                 row = dict(
-                    layers=layers,
+                    draft=spec,
                     temp=temp,
                     n=n,
                     ess=float(np.mean([r["ess"] for r in rs])),
@@ -111,7 +154,7 @@ def main() -> None:
                 )
                 rows.append(row)
                 print(
-                    f"{layers:>6}{temp:>6.1f}{n:>4}{row['ess']:>10.2f}{row['ess'] / n:>7.2f}"
+                    f"{spec:>11}{temp:>6.1f}{n:>4}{row['ess']:>10.2f}{row['ess'] / n:>7.2f}"
                     f"{row['min_ess']:>9.2f}{row['log_z']:>8.2f}{row['wall']:>8.2f}"
                     f"{tps:>7.1f}{plain_tps:>7.1f}{row['ratio']:>7.2f}"
                 )
@@ -121,7 +164,7 @@ def main() -> None:
     if ok:
         best = max(ok, key=lambda r: r["ratio"])
         print(
-            f"\nbest tokens/s with mean ESS >= N/2: layers {best['layers']}, temp {best['temp']}, "
+            f"\nbest tokens/s with mean ESS >= N/2: draft {best['draft']}, temp {best['temp']}, "
             f"N {best['n']} ({best['tps']:.1f} tok/s, {best['ratio']:.2f}x plain); "
             f"output {best['text']!r}"
         )
