@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from _args import positive_int  # noqa: E402
 
+from llamppl.decoding.token_draw import draw_token_ids
 from llamppl.models import PowerLawSampler
-from llamppl.models.power_law import _inverse_cdf
 
 
 def _interleaved_median_us(fns: dict, rounds: int, block: int = 10) -> dict[str, float]:
@@ -64,7 +64,7 @@ def bench(vocab: int, batch: int, rounds: int, k: int, seed: int = 0) -> dict[st
 
     def plain_cdf():
         u = torch.from_numpy(rng.random((batch, 1), dtype=np.float32))  # [B, 1]
-        return _inverse_cdf(torch.softmax(logits, -1), u)[0]  # [B, 1]
+        return draw_token_ids(torch.softmax(logits, -1), u)[0]  # [B, 1]
 
     def top_k():
         vals, idx = torch.topk(logits, k, dim=-1)  # [B, k]

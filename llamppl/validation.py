@@ -11,6 +11,7 @@ __all__ = [
     "check_nonnegative_int",
     "check_unit_interval",
     "check_finite",
+    "check_real_range",
     "check_list",
 ]
 
@@ -40,6 +41,26 @@ def check_finite(name: str, value: object) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     return float(value)
+
+
+def check_real_range(
+    name: str, value: object, lo: float, hi: float, *, lo_open: bool = False
+) -> float:
+    """Return ``value`` as a finite float in [lo, hi] (or (lo, hi] with ``lo_open``), else raise naming ``name``.
+
+    ``hi = math.inf`` means no upper bound (the message then says ``>= lo`` or ``> lo``).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if not (math.isfinite(v) and (v > lo if lo_open else v >= lo) and v <= hi):
+        allowed = (
+            f"{'>' if lo_open else '>='} {lo:g}"
+            if hi == math.inf
+            else f"in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        )
+        raise ValueError(f"{name} must be a finite number {allowed}, got {value}")
+    return v
 
 
 def check_unit_interval(

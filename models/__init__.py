@@ -21,6 +21,8 @@ from llamppl.decoding.power_law import PRESETS as POWER_LAW_PRESETS
 from llamppl.decoding.power_law import PowerLawDraw, PowerLawSampler
 from llamppl.decoding.power_law_proposal import PowerLawProposal, power_law_history
 
+from .drafts import draft_from_layers, skip_middle_draft, truncated_draft
+from .generation import Generation
 from .grammar import GrammarConstraint
 from .hard_constraints import HardConstraint
 from .infilling import Infilling
@@ -28,7 +30,7 @@ from .mh_power import mh_power_sampling
 from .power_sampling import PowerSampling, low_temperature_decode, power_smc
 from .prompt_intersection import PromptIntersection
 from .specs import beam_search, specs
-from .speculative import SpeculativeDecoding, SpeculativeResult, speculative_smc, truncated_draft
+from .speculative import SpeculativeDecoding, SpeculativeResult, speculative_smc
 from .structured import StructuredResult, generate_json
 
 for _module in (_constraints, _grammar_engine, _grammar_logits, _power_law, _power_law_proposal):
@@ -57,6 +59,9 @@ __all__ = [
     "SpeculativeResult",
     "speculative_smc",
     "truncated_draft",
+    "skip_middle_draft",
+    "draft_from_layers",
+    "Generation",
     "GrammarConstraint",
     "Grammar",
     "make_grammar",

@@ -39,7 +39,8 @@ from llamppl.rng import make_rng
 from llamppl.token import sample_index
 from llamppl.validation import check_nonnegative_int, check_positive_int
 
-from .power_sampling import Generation, _generation, check_alpha, prompt_ids
+from .generation import Generation
+from .power_sampling import check_alpha, prompt_ids
 
 __all__ = ["mh_power_sampling", "MHPowerResult"]
 
@@ -183,7 +184,7 @@ async def mh_power_sampling(
         if last:
             break
         k += 1
-    out = _generation(lm, y.tokens, math.fsum(y.lp))
+    out = Generation.from_tokens(lm, y.tokens, math.fsum(y.lp))
     return MHPowerResult(
         out.tokens,
         out.text,

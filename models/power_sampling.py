@@ -35,6 +35,8 @@ from llamppl.rng import make_rng
 from llamppl.token import sample_index
 from llamppl.validation import check_nonnegative_int, check_positive_int, check_unit_interval
 
+from .generation import Generation
+
 __all__ = [
     "PowerSampling",
     "power_smc",
@@ -80,35 +82,6 @@ def stage_alpha(alpha: float, ramp_tokens: int, t: int) -> float:
 def prompt_ids(lm: LanguageModel, prompt: str | Sequence[int]) -> list[int]:
     """Token ids of ``prompt`` exactly as :class:`~llamppl.LMContext` builds them (BOS prepended if any)."""
     return list(LMContext(lm, prompt).tokens)
-
-
-@dataclass
-class Generation:
-    """One generated continuation.
-
-    Attributes
-    ----------
-    tokens : list[int]
-        Generated ids, the EOS id included when it was emitted.
-    text : str
-        Decoded generated text without the final EOS.
-    log_likelihood : float
-        ``log p(y | x)`` of ``tokens`` under the base LM (τ = 1).
-    """
-
-    tokens: list[int]
-    text: str
-    log_likelihood: float
-
-    @property
-    def mean_log_likelihood(self) -> float:
-        """Per-token log-likelihood ``log p(y|x) / |y|`` (``nan`` for an empty output)."""
-        return self.log_likelihood / len(self.tokens) if self.tokens else float("nan")
-
-
-def _generation(lm: LanguageModel, tokens: list[int], log_likelihood: float) -> Generation:
-    body = tokens[:-1] if tokens and tokens[-1] in lm.eos_token_ids else tokens
-    return Generation(list(tokens), lm.decode(body), float(log_likelihood))
 
 
 class PowerSampling(Model):
@@ -225,7 +198,7 @@ class PowerSampling(Model):
 
     def output(self) -> Generation:
         """The particle's continuation as a :class:`Generation`."""
-        return _generation(self.lm, self.context.generated, self.log_likelihood)
+        return Generation.from_tokens(self.lm, self.context.generated, self.log_likelihood)
 
 
 @dataclass
@@ -303,4 +276,4 @@ async def low_temperature_decode(
         tokens.append(v)
         if v in lm.eos_token_ids:
             break
-    return _generation(lm, tokens, log_likelihood)
+    return Generation.from_tokens(lm, tokens, log_likelihood)

@@ -8,10 +8,9 @@ S_i = log π_target(Y_i|tr)/π_gen(Y_i|tr) + β r(Y_i|tr), and keeps one drawn
 keep the ``beam_width`` highest-reward partial answers after every block::
 
     from llamppl import CachedCausalLM, run
-    from llamppl.models import specs, beam_search
-    from llamppl.models.speculative import truncated_draft
+    from llamppl.models import beam_search, skip_middle_draft, specs
     target = CachedCausalLM.default()
-    draft = truncated_draft(target, 20)                        # first 20 of 30 layers
+    draft = skip_middle_draft(target, 12, 12)                  # layers 0-11 and 18-29 of 30
     reward = lambda prompt, text: float("5" in text)          # a process reward r(tr)
     out = run(specs(target, draft, reward, "Q: 2+3=? A:", n=4, block=4, tau=0.5, seed=0))
     out.text, out.reward, [s.generator for s in out.steps], out.target_forwards
@@ -21,26 +20,35 @@ All candidates of an iteration are decoded together: their concurrent
 ``next_token_logprobs`` awaits coalesce into one batched call (one transformer
 forward with :class:`~llamppl.CachedCausalLM`) per token position. Scoring a
 draft block under the target requests the target's log-probs of every prefix of
-every candidate at once: one call (one forward through the token trie).
+every candidate at once: one call (one forward through the token trie). The block
+kernels both searches share live in :mod:`llamppl.models.block_search`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
-import numbers
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from llamppl.context import LMContext
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng, using_rng
-from llamppl.token import sample_index
 from llamppl.validation import check_finite, check_positive_int
+
+from .block_search import (
+    Reward,
+    answer_text,
+    block_logprobs,
+    check_lm,
+    check_reward,
+    draw_blocks,
+    extend_beams,
+    score_reward,
+    subsample,
+)
 
 __all__ = [
     "specs",
@@ -52,10 +60,6 @@ __all__ = [
     "BeamSearchResult",
     "Reward",
 ]
-
-#: ``reward(prompt_text, text_so_far) -> float`` (or an ``async def`` returning one): the
-#: process reward r of the partial answer ``text_so_far`` (EOS excluded) after ``prompt_text``.
-Reward = Callable[[str, str], "float | Awaitable[float]"]
 
 
 @dataclass
@@ -135,79 +139,6 @@ class BeamSearchResult:
 
 
 # ---------------------------------------------------------------------------- helpers
-def _check_lm(name: str, lm: object) -> LanguageModel:
-    if not isinstance(lm, LanguageModel):
-        raise TypeError(f"{name} must be a LanguageModel, got {type(lm).__name__}")
-    return lm
-
-
-def _check_reward(reward: object) -> Reward:
-    if not callable(reward):
-        raise TypeError(
-            f"reward must be a callable reward(prompt_text, text_so_far) -> float, got {type(reward).__name__}"
-        )
-    return reward
-
-
-def _text(lm: LanguageModel, tokens: Sequence[int]) -> str:
-    body = tokens[:-1] if tokens and tokens[-1] in lm.eos_token_ids else tokens
-    return lm.decode(list(body))
-
-
-async def _reward(reward: Reward, prompt_text: str, text: str) -> float:
-    r = reward(prompt_text, text)
-    if inspect.isawaitable(r):
-        r = await r
-    if isinstance(r, bool) or not isinstance(r, numbers.Real) or math.isnan(r) or r == math.inf:
-        raise ValueError(f"reward must return a real number < +inf (not NaN), got {r!r}")
-    return float(r)
-
-
-async def _draw_blocks(
-    lm: LanguageModel, trace: list[int], n: int, length: int, rng: np.random.Generator
-) -> tuple[list[list[int]], list[float]]:
-    """``n`` i.i.d. blocks of up to ``length`` tokens from ``lm`` after ``trace`` (each stops at EOS).
-
-    All live candidates are awaited together at each position: one batched call per
-    token. Returns the blocks and their log-probabilities log π_gen(Y_i | trace).
-    """
-    blocks: list[list[int]] = [[] for _ in range(n)]
-    log_q = [0.0] * n
-    live = list(range(n))
-    for _ in range(length):
-        log_ps = await asyncio.gather(*(lm.next_token_logprobs(trace + blocks[i]) for i in live))
-        for i, log_p in zip(live, log_ps):  # log_p: (V,) normalised, on lm.device
-            v = sample_index(log_p, rng)
-            blocks[i].append(v)
-            log_q[i] += float(log_p[v])
-        live = [i for i in live if blocks[i][-1] not in lm.eos_token_ids]
-        if not live:
-            break
-    return blocks, log_q
-
-
-async def _block_logprobs(
-    lm: LanguageModel, trace: list[int], blocks: list[list[int]]
-) -> list[float]:
-    """log π(Y_i | trace) for every block: every prefix of every block requested at once (one call)."""
-    wanted = [(i, k) for i, b in enumerate(blocks) for k in range(len(b))]
-    log_ps = await asyncio.gather(
-        *(lm.next_token_logprobs(trace + blocks[i][:k]) for i, k in wanted)
-    )
-    out = [0.0] * len(blocks)
-    for (i, k), log_p in zip(wanted, log_ps):
-        out[i] += float(log_p[blocks[i][k]])
-    return out
-
-
-def subsample(scores: Sequence[float], rng: np.random.Generator) -> int:
-    """SUBSAMPLE (SPECS Algorithm 2, line 6): draw i* with P(i* = i) ∝ e^{S_i}."""
-    s = torch.tensor(list(scores), dtype=torch.float64)  # (n,)
-    if not bool(torch.isfinite(s).any()):
-        raise ValueError("every candidate has score -inf (reward -inf or zero target probability)")
-    return sample_index(s, rng)
-
-
 # ---------------------------------------------------------------------------- SPECS
 async def specs(
     target: LanguageModel,
@@ -263,8 +194,8 @@ async def specs(
         Randomness of the candidates and of SUBSAMPLE; installed as ``current_rng()``
         while the reward runs.
     """
-    target = _check_lm("target", target)
-    draft = _check_lm("draft", draft)
+    target = check_lm("target", target)
+    draft = check_lm("draft", draft)
     if draft is not target and (
         draft.vocab_size != target.vocab_size
         or draft.eos_token_ids != target.eos_token_ids
@@ -275,7 +206,7 @@ async def specs(
             f"(target: {target.vocab_size} tokens, eos {sorted(target.eos_token_ids)}; "
             f"draft: {draft.vocab_size} tokens, eos {sorted(draft.eos_token_ids)})"
         )
-    reward = _check_reward(reward)
+    reward = check_reward(reward)
     n = check_positive_int("n", n)
     block = check_positive_int("block", block)
     max_tokens = check_positive_int("max_tokens", max_tokens)
@@ -294,17 +225,17 @@ async def specs(
             gen = draft if drafting else target
             length = min(block, max_tokens - len(generated))
             work = gen.stats.forward_calls
-            blocks, log_q = await _draw_blocks(gen, trace + generated, n, length, rng)  # step I
+            blocks, log_q = await draw_blocks(gen, trace + generated, n, length, rng)  # step I
             gen_work = gen.stats.forward_calls - work
-            texts = [_text(target, generated + b) for b in blocks]
-            rewards_job = asyncio.gather(*(_reward(reward, prompt_text, t) for t in texts))
+            texts = [answer_text(target, generated + b) for b in blocks]
+            rewards_job = asyncio.gather(*(score_reward(reward, prompt_text, t) for t in texts))
             work = target.stats.forward_calls
             if gen is target:  # eq. (1) collapses to β r
                 rewards = await rewards_job
                 log_ratios = [0.0] * n
             else:
                 log_p, rewards = await asyncio.gather(
-                    _block_logprobs(target, trace + generated, blocks), rewards_job
+                    block_logprobs(target, trace + generated, blocks), rewards_job
                 )
                 log_ratios = [p - q for p, q in zip(log_p, log_q)]
             score_work = target.stats.forward_calls - work
@@ -326,7 +257,7 @@ async def specs(
             drafting = drafting or switch
             if generated[-1] in target.eos_token_ids or len(generated) >= max_tokens:
                 break
-    out.tokens, out.text = generated, _text(target, generated)
+    out.tokens, out.text = generated, answer_text(target, generated)
     return out
 
 
@@ -357,8 +288,8 @@ async def beam_search(
 
     ``reward`` is as in :func:`specs`; ``seed`` fixes the sampled blocks.
     """
-    lm = _check_lm("lm", lm)
-    reward = _check_reward(reward)
+    lm = check_lm("lm", lm)
+    reward = check_reward(reward)
     beam_width = check_positive_int("beam_width", beam_width)
     block = check_positive_int("block", block)
     max_tokens = check_positive_int("max_tokens", max_tokens)
@@ -377,10 +308,10 @@ async def beam_search(
         while not all(ended(b) for b, _ in beams):
             live = [b for b, _ in beams if not ended(b)]
             work = lm.stats.forward_calls
-            candidates = await _draw_many(lm, ctx, live, expansions, block, max_tokens, rng)
+            candidates = await extend_beams(lm, ctx, live, expansions, block, max_tokens, rng)
             forwards = lm.stats.forward_calls - work
             rewards = await asyncio.gather(
-                *(_reward(reward, prompt_text, _text(lm, c)) for c in candidates)
+                *(score_reward(reward, prompt_text, answer_text(lm, c)) for c in candidates)
             )
             pool = list(zip(candidates, rewards)) + [(b, r) for b, r in beams if ended(b)]
             order = sorted(range(len(pool)), key=lambda i: -pool[i][1])[:beam_width]
@@ -391,22 +322,5 @@ async def beam_search(
                 len(c) - len(live[0]) for c in candidates
             )  # live beams: equal length
     best, out.reward = beams[0]
-    out.tokens, out.text = best, _text(lm, best)
+    out.tokens, out.text = best, answer_text(lm, best)
     return out
-
-
-async def _draw_many(
-    lm: LanguageModel,
-    ctx: list[int],
-    beams: list[list[int]],
-    expansions: int,
-    block: int,
-    max_tokens: int,
-    rng: np.random.Generator,
-) -> list[list[int]]:
-    """``expansions`` sampled blocks after each beam, every beam's candidates decoded together."""
-    jobs = [
-        _draw_blocks(lm, ctx + b, expansions, min(block, max_tokens - len(b)), rng) for b in beams
-    ]
-    results = await asyncio.gather(*jobs)
-    return [b + y for b, (blocks, _) in zip(beams, results) for y in blocks]

@@ -38,14 +38,15 @@ targets the program's posterior.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from transformers import LogitsProcessor
 
-from llamppl.rng import current_rng
+from llamppl.validation import check_positive_int, check_real_range
+
+from .token_draw import draw_token_ids, row_uniforms
 
 __all__ = ["PowerLawSampler", "PowerLawDraw", "PRESETS"]
 
@@ -60,7 +61,6 @@ PRESETS: dict[str, dict[str, float]] = {
 
 _WIDTH_EPS = 1.1920929e-07  # FLT_EPSILON: width at or below it is the greedy case (PL-3)
 _GREEDY_OTHER = -100.0  # PL-3: logit of every token but the closest one
-_CHUNK = 256  # block size of the two-level inverse-CDF sampler
 
 
 class PowerLawDraw(NamedTuple):
@@ -70,21 +70,6 @@ class PowerLawDraw(NamedTuple):
     log_probs: torch.Tensor  # log q(chosen) under the reshaped distribution
     original_probs: torch.Tensor  # p(chosen) under the original distribution
     targets: torch.Tensor  # the target τ used for this draw
-
-
-def _real(name: str, value: object, lo: float, hi: float, *, lo_open: bool = False) -> float:
-    """``value`` as a finite float in [lo, hi] (or (lo, hi]), else an error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    v = float(value)
-    if not (math.isfinite(v) and (v > lo if lo_open else v >= lo) and v <= hi):
-        allowed = (
-            f"{'>' if lo_open else '>='} {lo:g}"
-            if hi == math.inf
-            else f"in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
-        )
-        raise ValueError(f"{name} must be a finite number {allowed}, got {value}")
-    return v
 
 
 class PowerLawSampler(LogitsProcessor):
@@ -132,20 +117,20 @@ class PowerLawSampler(LogitsProcessor):
         max_target: float = 1.0,
         min_p: float | None = None,
     ) -> None:
-        self.target = _real("target", target, 0.0, 1.0)
-        self.width = _real("width", width, 0.0, math.inf)
-        self.tail_heaviness = _real("tail_heaviness", tail_heaviness, 0.0, math.inf, lo_open=True)
-        self.peak_logit = _real("peak_logit", peak_logit, 0.0, math.inf, lo_open=True)
-        if isinstance(queue_size, bool) or not isinstance(queue_size, numbers.Integral):
-            raise TypeError(f"queue_size must be a positive integer, got {queue_size!r}")
-        if queue_size < 1:
-            raise ValueError(f"queue_size must be a positive integer (>= 1), got {queue_size}")
-        self.queue_size = int(queue_size)
-        self.min_target = _real("min_target", min_target, 0.0, 1.0)
-        self.max_target = _real("max_target", max_target, 0.0, 1.0)
+        self.target = check_real_range("target", target, 0.0, 1.0)
+        self.width = check_real_range("width", width, 0.0, math.inf)
+        self.tail_heaviness = check_real_range(
+            "tail_heaviness", tail_heaviness, 0.0, math.inf, lo_open=True
+        )
+        self.peak_logit = check_real_range("peak_logit", peak_logit, 0.0, math.inf, lo_open=True)
+        self.queue_size = check_positive_int("queue_size", queue_size)
+        self.min_target = check_real_range("min_target", min_target, 0.0, 1.0)
+        self.max_target = check_real_range("max_target", max_target, 0.0, 1.0)
         if self.min_target > self.max_target:
             raise ValueError(f"min_target must be <= max_target, got {min_target} > {max_target}")
-        self.min_p = None if min_p is None else _real("min_p", min_p, 0.0, 1.0, lo_open=True)
+        self.min_p = (
+            None if min_p is None else check_real_range("min_p", min_p, 0.0, 1.0, lo_open=True)
+        )
         self._scalars: dict[tuple, torch.Tensor] = {}
         self._work: tuple | None = None
         self.reset()
@@ -234,7 +219,7 @@ class PowerLawSampler(LogitsProcessor):
             weights = new.exp_()  # [B, V]; <= e^60, V · e^60 fits float32
         else:
             weights = new.sub_(self.peak_logit).exp_()  # [B, V]; new <= peak
-        ids, total, w_chosen = _inverse_cdf(weights, _uniforms(rng, B, x))  # [B, 1] each
+        ids, total, w_chosen = draw_token_ids(weights, row_uniforms(rng, B, x))  # [B, 1] each
         p_chosen = p.gather(1, ids)  # [B, 1] original probabilities
         self._push(p_chosen)
         log_q = w_chosen.div_(total).log_()  # [B, 1] log(w / Σw)
@@ -304,7 +289,7 @@ class PowerLawSampler(LogitsProcessor):
             if not bool(((t >= 0) & (t <= 1)).all()):
                 raise ValueError("target must lie in [0, 1]")
         else:
-            t = torch.full((B,), _real("target", target, 0.0, 1.0))
+            t = torch.full((B,), check_real_range("target", target, 0.0, 1.0))
         return t.to(device=x.device, dtype=x.dtype)
 
     def _ensure_rows(self, B: int, device: torch.device) -> None:
@@ -386,57 +371,3 @@ class PowerLawSampler(LogitsProcessor):
         if removed is not None:
             out.masked_fill_(removed, -math.inf)
         return out, p
-
-
-def _uniforms(
-    rng: np.random.Generator | torch.Generator | None, n: int, like: torch.Tensor
-) -> torch.Tensor:
-    """``[n, 1]`` uniforms in [0, 1) on ``like``'s device and dtype."""
-    if isinstance(rng, torch.Generator):
-        return torch.rand(n, 1, generator=rng, device=rng.device).to(
-            device=like.device, dtype=like.dtype
-        )
-    if rng is None:
-        rng = current_rng()
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(
-            f"rng must be a numpy.random.Generator, a torch.Generator or None, got {type(rng).__name__}"
-        )
-    u = rng.random((n, 1), dtype=np.float32 if like.dtype == torch.float32 else np.float64)
-    return torch.from_numpy(u).to(like.device)
-
-
-def _inverse_cdf(
-    w: torch.Tensor, u: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Draw one index per row with probability ∝ ``w [B, V]`` (non-negative), from uniforms ``u [B, 1]``.
-
-    Returns (ids, row totals, chosen weights), each ``[B, 1]``. For ``B > 1`` two
-    levels (block sums, then one block's cumulative sum) replace the full-row
-    cumulative sum, the slowest part of sampling from a 49k vocabulary. A
-    zero-weight index is never returned.
-    """
-    B, V = w.shape
-    if B == 1 or V % _CHUNK or V < 4 * _CHUNK:
-        cdf = w.cumsum(-1)  # [B, V]
-        total = cdf[:, -1:]  # [B, 1]
-        ids = torch.searchsorted(cdf, u * total, right=True)  # [B, 1]
-    else:
-        blocks = w.view(B, V // _CHUNK, _CHUNK)  # [B, nC, C]
-        sums = blocks.sum(-1)  # [B, nC]
-        cs = sums.cumsum(-1)  # [B, nC]
-        total = cs[:, -1:]  # [B, 1]
-        r = u * total  # [B, 1]
-        k = torch.searchsorted(cs, r, right=True).clamp_(max=V // _CHUNK - 1)  # [B, 1] block
-        inner = blocks[torch.arange(B, device=w.device), k[:, 0]]  # [B, C]
-        rem = (r - cs.gather(1, k) + sums.gather(1, k)).clamp_(min=0)  # [B, 1] offset in the block
-        ids = k * _CHUNK + torch.searchsorted(inner.cumsum(-1), rem, right=True)  # [B, 1]
-    ids = ids.clamp_(max=V - 1)
-    chosen = w.gather(1, ids)  # [B, 1]
-    if not chosen.min().item() > 0:  # u·total rounded past a row's or block's last positive weight
-        ar = torch.arange(V, device=w.device)  # [V]
-        below = torch.where((w > 0) & (ar <= ids), ar, -1).amax(-1, keepdim=True)  # [B, 1]
-        first = torch.where(w > 0, ar, V).amin(-1, keepdim=True)  # [B, 1]
-        ids = torch.where(chosen > 0, ids, torch.where(below >= 0, below, first))
-        chosen = w.gather(1, ids)
-    return ids, total, chosen

@@ -20,8 +20,9 @@ from llamppl.context import LMContext, LMNextToken
 from llamppl.distributions import Distribution
 from llamppl.rng import current_rng
 from llamppl.token import Token, sample_index
+from llamppl.validation import check_real_range
 
-from .power_law import PowerLawSampler, _real
+from .power_law import PowerLawSampler
 
 __all__ = ["PowerLawProposal", "power_law_history"]
 
@@ -69,7 +70,7 @@ class PowerLawProposal(Distribution):
             raise TypeError(f"context must be an LMContext, got {type(context).__name__}")
         if not isinstance(sampler, PowerLawSampler):
             raise TypeError(f"sampler must be a PowerLawSampler, got {type(sampler).__name__}")
-        self.defensive = _real("defensive", defensive, 0.0, 1.0)
+        self.defensive = check_real_range("defensive", defensive, 0.0, 1.0)
         if sampler.min_p is not None and not 0.0 < self.defensive:
             raise ValueError(
                 "defensive must lie in (0, 1] when sampler.min_p is set: min-p gives zero proposal mass to "

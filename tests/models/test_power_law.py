@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from llamppl import FunctionLM, LMContext, Model, run, using_rng
+from llamppl.decoding.token_draw import draw_token_ids
 from llamppl.inference import enumerate_exact, smc_standard
 from llamppl.models import PowerLawProposal, PowerLawSampler, power_law_history
-from llamppl.models.power_law import _inverse_cdf
 
 NEG = -math.inf
 
@@ -125,7 +125,7 @@ def test_min_p_filters_first_and_keeps_original_probabilities():
 
 
 # ---------------------------------------------------------------------- drawing
-def test_inverse_cdf_frequencies_and_zero_weights_never_drawn():
+def test_draw_token_ids_frequencies_and_zero_weights_never_drawn():
     # 4096 tokens (two-level path, 16 blocks), zero weights inside blocks and at the row's end.
     gen = torch.Generator().manual_seed(4)
     w = torch.rand(4096, generator=gen) ** 4
@@ -137,7 +137,7 @@ def test_inverse_cdf_frequencies_and_zero_weights_never_drawn():
         1.0  # u·total rounded up to the total (a float boundary), past the last positive weight
     )
     u[20:40] = 0.0
-    ids, total, chosen = _inverse_cdf(w.expand(n, -1).contiguous(), u)
+    ids, total, chosen = draw_token_ids(w.expand(n, -1).contiguous(), u)
     assert (chosen[:, 0] > 0).all() and torch.equal(chosen[:, 0], w[ids[:, 0]])
     torch.testing.assert_close(total[:, 0], w.sum().expand(n), rtol=1e-5, atol=0)
     last = int(torch.nonzero(w).max())
@@ -147,7 +147,7 @@ def test_inverse_cdf_frequencies_and_zero_weights_never_drawn():
     w2 = w.clone()
     w2[-300:] = torch.rand(300, generator=gen)
     w2[-50:] = 0.0  # the last block ends in zeros
-    ids2, _, _ = _inverse_cdf(w2.expand(4, -1).contiguous(), torch.ones(4, 1))
+    ids2, _, _ = draw_token_ids(w2.expand(4, -1).contiguous(), torch.ones(4, 1))
     assert (ids2[:, 0] == int(torch.nonzero(w2).max())).all()
     # grouped frequencies (16 groups of 256 tokens) within 4 binomial standard errors
     q = (w / w.sum()).double().view(16, 256).sum(1).numpy()
@@ -155,7 +155,7 @@ def test_inverse_cdf_frequencies_and_zero_weights_never_drawn():
     se = np.sqrt(q * (1 - q) / (n - 40))
     assert (np.abs(freq - q) <= 4 * se + 1e-12).all(), (freq, q)
     # single-level path (one row) agrees on a fixed uniform
-    one, _, _ = _inverse_cdf(w[None], torch.tensor([[0.5]]))
+    one, _, _ = draw_token_ids(w[None], torch.tensor([[0.5]]))
     cdf = (w / w.sum()).double().cumsum(0)
     assert int(one) == int(np.searchsorted(cdf.numpy(), 0.5, side="right"))
 
