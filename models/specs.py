@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-import numbers
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -40,7 +39,7 @@ from llamppl.context import LMContext
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng, using_rng
 from llamppl.token import sample_index
-from llamppl.validation import check_finite, check_positive_int
+from llamppl.validation import check_finite, check_positive_int, is_real
 
 __all__ = [
     "specs",
@@ -164,7 +163,7 @@ async def _reward(reward: Reward, prompt_text: str, text: str) -> float:
     r = reward(prompt_text, text)
     if inspect.isawaitable(r):
         r = await r
-    if isinstance(r, bool) or not isinstance(r, numbers.Real) or math.isnan(r) or r == math.inf:
+    if not is_real(r) or math.isnan(r) or r == math.inf:
         raise ValueError(f"reward must return a real number < +inf (not NaN), got {r!r}")
     return float(r)
 

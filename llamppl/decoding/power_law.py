@@ -38,7 +38,6 @@ targets the program's posterior.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import NamedTuple
 
 import numpy as np
@@ -46,6 +45,8 @@ import torch
 from transformers import LogitsProcessor
 
 from llamppl.rng import current_rng
+
+from ..validation import is_integer, is_real
 
 __all__ = ["PowerLawSampler", "PowerLawDraw", "PRESETS"]
 
@@ -74,7 +75,7 @@ class PowerLawDraw(NamedTuple):
 
 def _real(name: str, value: object, lo: float, hi: float, *, lo_open: bool = False) -> float:
     """``value`` as a finite float in [lo, hi] (or (lo, hi]), else an error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_real(value):
         raise TypeError(f"{name} must be a real number, got {value!r}")
     v = float(value)
     if not (math.isfinite(v) and (v > lo if lo_open else v >= lo) and v <= hi):
@@ -136,7 +137,7 @@ class PowerLawSampler(LogitsProcessor):
         self.width = _real("width", width, 0.0, math.inf)
         self.tail_heaviness = _real("tail_heaviness", tail_heaviness, 0.0, math.inf, lo_open=True)
         self.peak_logit = _real("peak_logit", peak_logit, 0.0, math.inf, lo_open=True)
-        if isinstance(queue_size, bool) or not isinstance(queue_size, numbers.Integral):
+        if not is_integer(queue_size):
             raise TypeError(f"queue_size must be a positive integer, got {queue_size!r}")
         if queue_size < 1:
             raise ValueError(f"queue_size must be a positive integer (>= 1), got {queue_size}")

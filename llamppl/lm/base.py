@@ -17,10 +17,11 @@ which yields to the loop until no new request arrives, then serves all of them.
 from __future__ import annotations
 
 import asyncio
-import numbers
 from collections.abc import Sequence
 
 import torch
+
+from ..validation import is_integer
 
 __all__ = ["LanguageModel", "validate_token_ids"]
 
@@ -45,7 +46,7 @@ def validate_token_ids(
         )
     out = []
     for i, t in enumerate(token_ids):
-        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+        if not is_integer(t):
             raise TypeError(
                 f"{name}[{i}] must be an integer token id, got {t!r} ({type(t).__name__})"
             )

@@ -64,7 +64,7 @@ from typing import Any
 
 import torch
 
-from ..validation import check_nonnegative_int
+from ..validation import check_nonnegative_int, is_integer
 from .base import LanguageModel
 from .hf_arch import inspect_architecture
 from .hf_vocab import bos_id, build_vocab, eos_ids
@@ -260,7 +260,7 @@ class CachedCausalLM(LanguageModel):
         )
         if max_cache_tokens is None:
             max_cache_tokens = max(256, _DEFAULT_CACHE_BYTES // bytes_per_token)
-        if isinstance(max_cache_tokens, bool) or not isinstance(max_cache_tokens, int):
+        if not is_integer(max_cache_tokens):
             raise TypeError(
                 f"max_cache_tokens must be a positive integer or None, got {max_cache_tokens!r}"
             )

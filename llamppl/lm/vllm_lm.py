@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from ..validation import check_nonnegative_int
+from ..validation import check_nonnegative_int, is_integer
 from .base import LanguageModel, validate_token_ids
 from .hf_vocab import bos_id, build_vocab, eos_ids
 
@@ -222,7 +222,7 @@ class VLLMLM(LanguageModel):
         self.tokenizer = tokenizer if tokenizer is not None else llm.get_tokenizer()
         if vocab_size is None:
             vocab_size = int(llm.llm_engine.model_config.get_vocab_size())
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+        if not is_integer(vocab_size) or vocab_size < 1:
             raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r}")
         self._vocab_size = vocab_size
         self.vocab, self.vocab_bytes, self._join_bytes = build_vocab(self.tokenizer, vocab_size)
@@ -273,7 +273,7 @@ class VLLMLM(LanguageModel):
                 f"path {str(path)!r} must be a local model directory with a config.json "
                 "(the vLLM backend never downloads models)"
             )
-        if isinstance(tensor_parallel_size, bool) or not isinstance(tensor_parallel_size, int):
+        if not is_integer(tensor_parallel_size):
             raise TypeError(
                 f"tensor_parallel_size must be a positive integer, got {tensor_parallel_size!r}"
             )
