@@ -11,9 +11,10 @@ inside async code or through :func:`llamppl.run` from plain code::
 from .enumerate import enumerate_exact
 from .importance import importance_sampling
 from .resampling import RESAMPLERS, get_resampler
-from .result import SMCResult, StepRecord
+from .result import SMCResult, StepInfo, StepRecord
 from .smc_standard import smc_standard
 from .smc_steer import smc_steer, steer_downsample
+from .steps import StepLimitError
 
 __all__ = [
     "smc_standard",
@@ -21,7 +22,9 @@ __all__ = [
     "importance_sampling",
     "enumerate_exact",
     "SMCResult",
+    "StepInfo",
     "StepRecord",
+    "StepLimitError",
     "RESAMPLERS",
     "get_resampler",
     "steer_downsample",

@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamppl.validation import is_integer
+
 __all__ = ["Job", "JobResult", "jobs_grid", "run_job", "run_many"]
 
 
@@ -227,9 +229,7 @@ def run_many(
     jobs = _check_jobs(jobs)
     if not callable(lm_factory):
         raise TypeError(f"lm_factory must be callable, got {type(lm_factory).__name__}")
-    if n_workers is not None and (
-        isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1
-    ):
+    if n_workers is not None and (not is_integer(n_workers) or n_workers < 1):
         raise ValueError(f"n_workers must be a positive integer or None, got {n_workers!r}")
     if not jobs:
         return []

@@ -28,7 +28,7 @@ from llamppl.validation import check_positive_int
 from llamppl.weights import logsumexp
 
 from .particles import LMCounters, check_model, log_weights, merge_duplicates
-from .result import SMCResult, StepRecord
+from .result import SMCResult, StepInfo
 
 __all__ = ["enumerate_exact"]
 
@@ -41,7 +41,7 @@ class _Branch(BaseException):
 
 
 class _Replay:
-    """Feeds forced choices to ``Model.sample``; raises ``_Branch`` at the first unforced one."""
+    """A chooser for ``Model.replaying``: feeds forced choices to ``sample``; ``_Branch`` at the first unforced one."""
 
     def __init__(self, forced: list[Any]) -> None:
         self.forced = forced
@@ -62,19 +62,17 @@ class _Replay:
 
 
 async def _expand(particle: Model, hook: str) -> list[Model]:
-    """All children of ``particle`` after one call of ``hook`` ("advance" or "begin")."""
+    """All children of ``particle`` after one call of ``hook`` ("run_step" or "run_start")."""
     children, stack = [], [[]]
     while stack:
         forced = stack.pop()
         child = particle.clone()
-        child._replay = _Replay(forced)
         try:
-            await getattr(child, hook)()
+            with child.replaying(_Replay(forced)):
+                await getattr(child, hook)()
         except _Branch as branch:
             stack.extend(forced + [v] for v in reversed(branch.values))
             continue
-        finally:
-            child._replay = None
         children.append(child)
     return children
 
@@ -91,9 +89,9 @@ async def enumerate_exact(model: Model, max_steps: int | None = None) -> SMCResu
         max_steps = check_positive_int("max_steps", max_steps)
     counters = LMCounters(model)
     root = model.clone()
-    frontier = [c for c in await _expand(root, "begin")]
+    frontier = [c for c in await _expand(root, "run_start")]
     finals: list[Model] = []
-    history: list[StepRecord] = []
+    history: list[StepInfo] = []
     t = 0
     while True:
         frontier = merge_duplicates(frontier)
@@ -111,10 +109,10 @@ async def enumerate_exact(model: Model, max_steps: int | None = None) -> SMCResu
             break
         new: list[Model] = []
         for p in frontier:
-            new += await _expand(p, "advance")
+            new += await _expand(p, "run_step")
         frontier = new
         t += 1
-        history.append(StepRecord(t, float("nan"), False, None, float("nan"), len(frontier)))
+        history.append(StepInfo(t, float("nan"), False, None, float("nan"), len(frontier)))
     finals = merge_duplicates(finals)
     w = log_weights(finals) if finals else np.zeros(0)
     return SMCResult(

@@ -14,15 +14,24 @@ import os
 import numpy as np
 
 from llamppl.modeling import Model
-from llamppl.rng import make_rng, using_rng
+from llamppl.rng import make_rng
 from llamppl.validation import check_positive_int
 from llamppl.weights import ess, logmeanexp
 
-from .particles import LMCounters, Progress, begin_all, check_model, log_weights, step_all
-from .record import recorder_for
-from .result import SMCResult, StepRecord
+from .particles import check_model, log_weights, step_all
+from .record import record_target
+from .result import SMCResult, StepInfo
+from .steps import DEFAULT_MAX_STEPS, check_max_steps, run_population
 
-__all__ = ["importance_sampling"]
+__all__ = ["importance_sampling", "importance_step"]
+
+
+async def importance_step(particles: list[Model], t: int) -> tuple[list[Model], StepInfo]:
+    """One step of importance sampling: extend and reweight, never resample."""
+    await step_all(particles)  # extend: M_t for every live particle (one LM batch)
+    w = log_weights(particles)  # reweight: G_t already folded in by the primitives
+    n_live = sum(not p.done_stepping() for p in particles)
+    return particles, StepInfo(t, ess(w), False, None, logmeanexp(w), n_live, w, tuple(particles))
 
 
 async def importance_sampling(
@@ -31,36 +40,29 @@ async def importance_sampling(
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
     record: bool | str | os.PathLike = False,
+    max_steps: int | None = DEFAULT_MAX_STEPS,
 ) -> SMCResult:
     """Sequential importance sampling of ``model`` with ``n_particles`` independent particles.
 
     ``record=True`` keeps a run record on ``SMCResult.record`` (``record=path`` also writes
-    it; format in :mod:`llamppl.inference.record`).
+    it, checked before the run; format in :mod:`llamppl.inference.record`). ``max_steps``
+    (default 10,000, None for none) bounds the run: particles still stepping after it raise
+    :class:`~llamppl.inference.steps.StepLimitError` (naming the model and the step;
+    ``.result`` holds the run so far). A run that would not fit in the available memory is
+    refused before it starts.
     """
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
+    limit = check_max_steps(max_steps)
+    target = record_target(record=record)
     rng = make_rng(seed)
-    counters = LMCounters(model)
-    recorder = recorder_for("importance_sampling", n, record=record)
-    bar = Progress(progress, "importance_sampling")
-    history: list[StepRecord] = []
-    try:
-        with using_rng(rng):
-            particles = [model.clone() for _ in range(n)]
-            await begin_all(particles)
-            while not all(p.done_stepping() for p in particles):
-                await step_all(particles)
-                w = log_weights(particles)
-                live = sum(not p.done_stepping() for p in particles)
-                history.append(
-                    StepRecord(len(history) + 1, ess(w), False, None, logmeanexp(w), live)
-                )
-                if recorder is not None:
-                    recorder.step(len(history), particles, w, ess(w), logmeanexp(w), None)
-                bar.update(live=live)
-    finally:
-        bar.close()
-    w = log_weights(particles)
-    stats = counters.finish(steps=len(history), n_particles=n)
-    rec = None if recorder is None else recorder.finish(particles, w, logmeanexp(w))
-    return SMCResult(particles, w, logmeanexp(w), history, stats, "importance_sampling", record=rec)
+    return await run_population(
+        "importance_sampling",
+        model,
+        n,
+        importance_step,
+        rng=rng,
+        progress=progress,
+        record=target,
+        max_steps=limit,
+    )

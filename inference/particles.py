@@ -20,7 +20,7 @@ from llamppl.weights import check_no_nan, logsumexp
 __all__ = [
     "check_model",
     "step_all",
-    "begin_all",
+    "start_all",
     "log_weights",
     "merge_duplicates",
     "merge_counted",
@@ -49,18 +49,18 @@ def check_model(model: object) -> Model:
     return model
 
 
-async def begin_all(particles: Iterable[Model]) -> None:
+async def start_all(particles: Iterable[Model]) -> None:
     """Run every particle's ``start`` hook concurrently."""
-    await asyncio.gather(*(p.begin() for p in particles))
+    await asyncio.gather(*(p.run_start() for p in particles))
 
 
 async def step_all(particles: Iterable[Model]) -> None:
     """One ``step`` of every particle that is not done, concurrently (one LM batch)."""
     live = [p for p in particles if not p.done_stepping()]
     if len(live) == 1:
-        await live[0].advance()
+        await live[0].run_step()
     elif live:
-        await asyncio.gather(*(p.advance() for p in live))
+        await asyncio.gather(*(p.run_step() for p in live))
 
 
 def log_weights(particles: list[Model]) -> np.ndarray:
@@ -113,6 +113,10 @@ class Progress:
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(postfix, refresh=False)
+
+    def observe(self, info) -> None:
+        """Advance by one engine step (an observer of the loop): shows its ESS and live particles."""
+        self.update(ess=f"{info.ess:.1f}", live=info.n_live)
 
     def close(self) -> None:
         if self.bar is not None:

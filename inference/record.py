@@ -30,6 +30,14 @@ index the same step's ``particles``. ``parent`` indexes the previous step's
 ``particles`` (the particle this one was extended from; ``null`` at step 1), and for
 ``final`` the last step's: together they are the genealogy. Memory is linear in
 steps × particles (one string per particle per step).
+
+Names. The *run record* is this dict (:data:`RunRecord`); where it goes is the
+run's *record target* (:class:`RecordTarget`: keep it on the result, and the
+files to write), resolved once from ``record=`` / ``json_file=`` /
+``visualization_dir=`` by :func:`record_target`, which checks every path before
+the run starts (a path that cannot be written fails then, not after the run).
+A history entry is a :class:`~llamppl.inference.result.StepInfo`, which the
+recorder observes (:meth:`RunRecorder.observe`).
 """
 
 from __future__ import annotations
@@ -37,16 +45,38 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llamppl.modeling import Model
 
-__all__ = ["RunRecorder", "frame_texts", "recorder_for", "write_json"]
+if TYPE_CHECKING:
+    from .result import StepInfo
+
+__all__ = [
+    "RunRecord",
+    "RecordTarget",
+    "RunRecorder",
+    "frame_texts",
+    "record_target",
+    "recorder_for",
+    "write_json",
+]
 
 VERSION = 2
+
+RunRecord = dict[str, Any]  # the JSON-ready run record (format above)
+
+
+@dataclass(frozen=True)
+class RecordTarget:
+    """Where a run's record goes: always onto ``SMCResult.record``, and to each of ``paths``."""
+
+    paths: tuple[Path, ...] = ()
 
 
 def _weight(w: float) -> float | None:
@@ -59,7 +89,7 @@ def _text_entry(text: str, parent_text: str | None) -> dict[str, str]:
     return {"text": text}
 
 
-def frame_texts(record: dict) -> list[list[str]]:
+def frame_texts(record: RunRecord) -> list[list[str]]:
     """Full particle texts of every frame of ``record`` (its steps, then ``final``)."""
     frames = [s["particles"] for s in record["steps"]] + [record["final"]]
     out: list[list[str]] = []
@@ -70,7 +100,7 @@ def frame_texts(record: dict) -> list[list[str]]:
     return out
 
 
-def write_json(record: dict, path: str | os.PathLike) -> Path:
+def write_json(record: RunRecord, path: str | os.PathLike) -> Path:
     """Write ``record`` as strict JSON to ``path`` (parent folders created); return the path."""
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,8 +111,10 @@ def write_json(record: dict, path: str | os.PathLike) -> Path:
 class RunRecorder:
     """Collects per-step snapshots of a run and writes them to ``paths`` at the end."""
 
-    def __init__(self, algorithm: str, n_particles: int, paths: list[Path]) -> None:
-        self.paths = paths
+    def __init__(
+        self, algorithm: str, n_particles: int, target: RecordTarget = RecordTarget()
+    ) -> None:
+        self.paths = list(target.paths)
         self.data: dict[str, Any] = {
             "format": "llamppl-run-record",
             "version": VERSION,
@@ -95,7 +127,7 @@ class RunRecorder:
     def _snapshot(
         self, particles: list[Model], log_weights: np.ndarray, parents: list[int] | None
     ) -> list[dict[str, Any]]:
-        texts = [p.string_for_serialization() for p in particles]
+        texts = [_text_of(p) for p in particles]
         prev = self._texts
         parents = parents if parents is not None else [None] * len(particles)
         out = [
@@ -114,13 +146,34 @@ class RunRecorder:
     def _default_parents(self, n: int) -> list[int] | None:
         """Parents when particles are not created between steps: the previous step's
         ancestors if it resampled, else the same index (None at step 1)."""
+        prev = self._previous_map()
+        return prev if prev is not None and len(prev) == n else None
+
+    def observe(self, info: StepInfo) -> None:
+        """Record one engine step (an observer of the engine loop)."""
+        parents = self._default_parents(len(info.particles))
+        if info.origins is not None:
+            prev = self._previous_map()
+            parents = None if prev is None else [prev[o] for o in info.origins]
+        self.step(
+            info.step,
+            list(info.particles),
+            info.log_weights,
+            info.ess,
+            info.log_ml,
+            info.ancestors,
+            parents,
+        )
+
+    def _previous_map(self) -> list[int] | None:
+        """Index in the previous step's ``particles`` of each particle that started this step."""
         steps = self.data["steps"]
         if not steps:
             return None
         last = steps[-1]
         if last["ancestors"] is not None:
             return list(last["ancestors"])
-        return list(range(n)) if len(last["particles"]) == n else None
+        return list(range(len(last["particles"])))
 
     def step(
         self,
@@ -157,7 +210,7 @@ class RunRecorder:
         log_weights: np.ndarray,
         log_ml: float,
         parents: list[int] | None = None,
-    ) -> dict:
+    ) -> RunRecord:
         """Add the final population, write every path, return the record."""
         if parents is None:
             parents = self._default_parents(len(particles))
@@ -168,14 +221,47 @@ class RunRecorder:
         return self.data
 
 
-def recorder_for(
-    algorithm: str,
-    n_particles: int,
+def _text_of(particle: Model) -> str:
+    text = particle.string_for_serialization()
+    if not isinstance(text, str):
+        raise TypeError(
+            f"{type(particle).__name__}.string_for_serialization() must return a str (the "
+            f"particle's text in the run record), got {type(text).__name__} {text!r}"
+        )
+    return text
+
+
+def _check_writable(name: str, path: Path) -> None:
+    """``ValueError`` naming ``name`` unless a JSON file can be written at ``path``."""
+    if path.is_dir():
+        raise ValueError(f"{name} must be a file path, got the directory {str(path)!r}")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{name}: cannot write {str(path)!r}, {str(parent)!r} is not a directory")
+    try:  # what the end of the run will do: create folders and a file there
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise ValueError(
+            f"{name}: cannot write {str(path)!r} ({exc.strerror or exc}); "
+            "give a path in a writable directory"
+        ) from None
+
+
+def record_target(
     json_file: str | os.PathLike | None = None,
     visualization_dir: str | os.PathLike | None = None,
     record: bool | str | os.PathLike = False,
-) -> RunRecorder | None:
-    """A recorder when any keyword asks for one (``TypeError`` naming a bad one), else None."""
+) -> RecordTarget | None:
+    """The record target the keywords ask for, or None; every path is checked now, before the run.
+
+    ``record=True`` keeps the record on the result, ``record=path`` also writes it there;
+    ``json_file=path`` and ``visualization_dir=dir`` (LLaMPPL's names) write it to ``path``
+    and ``dir/record.json``. ``TypeError`` for a value of the wrong type, ``ValueError``
+    for an empty path or one that cannot be written (naming the keyword).
+    """
     if not isinstance(record, (bool, str, os.PathLike)):
         raise TypeError(
             f"record must be True/False or a path (str or os.PathLike), got {type(record).__name__}"
@@ -192,8 +278,27 @@ def recorder_for(
             raise TypeError(
                 f"{name} must be a path (str or os.PathLike), got {type(value).__name__}"
             )
+        if not os.fspath(value):
+            raise ValueError(f"{name} must be a non-empty path, got {value!r}")
         path = Path(value).expanduser()
-        paths.append(path / leaf if leaf else path)
+        if leaf:
+            if path.exists() and not path.is_dir():
+                raise ValueError(f"{name} must be a directory, got the file {str(path)!r}")
+            path = path / leaf
+        _check_writable(name, path)
+        paths.append(path)
     if paths or record is True:
-        return RunRecorder(algorithm, n_particles, paths)
+        return RecordTarget(tuple(paths))
     return None
+
+
+def recorder_for(
+    algorithm: str,
+    n_particles: int,
+    json_file: str | os.PathLike | None = None,
+    visualization_dir: str | os.PathLike | None = None,
+    record: bool | str | os.PathLike = False,
+) -> RunRecorder | None:
+    """A recorder when any keyword asks for one (see :func:`record_target`), else None."""
+    target = record_target(json_file, visualization_dir, record)
+    return None if target is None else RunRecorder(algorithm, n_particles, target)

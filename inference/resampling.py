@@ -10,6 +10,11 @@ particles are never chosen. Schemes are looked up by name::
 ``multinomial`` draws i.i.d.; ``stratified`` one uniform per stratum;
 ``systematic`` one shared uniform; ``residual`` keeps ``floor(n w_i)`` copies and
 draws the remainder multinomially (the last three have lower variance).
+
+Names: ``RESAMPLERS`` / :func:`get_resampler` and the engines' ``resampling=``
+keyword are ours. LLaMPPL's ``RESAMPLING_METHODS`` / :func:`get_resampling_fn` /
+``*_resample(weights)`` and ``resampling_method=`` are aliases at the API edge
+(the section at the end), over the same schemes.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import numpy as np
 from llamppl.weights import normalize
 
 __all__ = [
+    "Resampler",
+    "ancestors_at",
     "multinomial",
     "stratified",
     "systematic",
@@ -33,6 +40,7 @@ __all__ = [
     "residual_resample",
     "RESAMPLING_METHODS",
     "get_resampling_fn",
+    "resampling_name",
 ]
 
 Resampler = Callable[[np.ndarray, np.random.Generator, "int | None"], np.ndarray]
@@ -45,8 +53,11 @@ def _probabilities(log_weights: np.ndarray) -> np.ndarray:
     return w
 
 
-def _inverse_cdf(w: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Index i with cdf[i-1] <= u < cdf[i] for each u in [0, 1); zero-weight entries never match."""
+def ancestors_at(w: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Ancestor index at each point ``u`` of [0, 1): i with cdf[i-1] <= u < cdf[i] (inverse CDF).
+
+    ``w`` are normalised weights; zero-weight entries never match.
+    """
     cdf = np.cumsum(w)
     cdf[-1] = 1.0  # guard against round-off leaving u >= cdf[-1]
     return np.searchsorted(cdf, u, side="right").astype(np.int64)
@@ -58,7 +69,7 @@ def multinomial(
     """``n`` i.i.d. draws from the normalised weights (sorted)."""
     w = _probabilities(log_weights)
     n = w.size if n is None else n
-    return _inverse_cdf(w, np.sort(rng.random(n)))
+    return ancestors_at(w, np.sort(rng.random(n)))
 
 
 def stratified(
@@ -67,7 +78,7 @@ def stratified(
     """One uniform in each stratum ``[j/n, (j+1)/n)``."""
     w = _probabilities(log_weights)
     n = w.size if n is None else n
-    return _inverse_cdf(w, (np.arange(n) + rng.random(n)) / n)
+    return ancestors_at(w, (np.arange(n) + rng.random(n)) / n)
 
 
 def systematic(
@@ -76,7 +87,7 @@ def systematic(
     """One shared uniform offset: points ``(j + u)/n``."""
     w = _probabilities(log_weights)
     n = w.size if n is None else n
-    return _inverse_cdf(w, (np.arange(n) + rng.random()) / n)
+    return ancestors_at(w, (np.arange(n) + rng.random()) / n)
 
 
 def residual(log_weights: np.ndarray, rng: np.random.Generator, n: int | None = None) -> np.ndarray:
@@ -89,7 +100,7 @@ def residual(log_weights: np.ndarray, rng: np.random.Generator, n: int | None = 
     if rest == 0:
         return deterministic
     r = n * w - counts
-    extra = _inverse_cdf(r / r.sum(), np.sort(rng.random(rest)))
+    extra = ancestors_at(r / r.sum(), np.sort(rng.random(rest)))
     return np.sort(np.concatenate([deterministic, extra]))
 
 
@@ -138,6 +149,22 @@ RESAMPLING_METHODS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "residual": residual_resample,
     "multinomial": multinomial_resample,
 }
+
+
+def resampling_name(resampling: str, resampling_method: str | None) -> str:
+    """The scheme's name from ``resampling=`` or its LLaMPPL alias ``resampling_method=``.
+
+    ``ValueError`` when both are given and differ (``resampling`` left at its default
+    ``"systematic"`` counts as not given).
+    """
+    if resampling_method is None:
+        return resampling
+    if resampling != "systematic" and resampling != resampling_method:
+        raise ValueError(
+            "give resampling= or resampling_method= (its LLaMPPL name), not both: "
+            f"{resampling!r} vs {resampling_method!r}"
+        )
+    return resampling_method
 
 
 def get_resampling_fn(method: str) -> Callable[[np.ndarray], np.ndarray]:

@@ -16,7 +16,7 @@ import html
 import math
 import os
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +26,25 @@ from llamppl.modeling import Model
 from llamppl.rng import make_rng
 from llamppl.weights import ess, normalize
 
-from .record import write_json
+from .record import RunRecord, write_json
 
-__all__ = ["SMCResult", "StepRecord"]
+__all__ = ["SMCResult", "StepInfo", "StepRecord"]
 
 
 @dataclass(frozen=True)
-class StepRecord:
-    """One step of an inference run.
+class StepInfo:
+    """What one engine step did (one entry of ``SMCResult.history``).
 
     ``ess`` is measured after reweighting and before resampling; ``ancestors``
-    (indices into the previous population, or candidates for ``smc_steer``) is
-    None when no resampling happened; ``log_ml`` is the running log Ẑ.
+    (indices into this step's population ``particles``, or the kept candidates for
+    ``smc_steer``) is None when no resampling happened; ``log_ml`` is the running
+    log Ẑ; ``n_live`` counts particles still stepping after the step.
+
+    The remaining fields feed the run record and are not shown: ``log_weights``
+    of ``particles`` (this step's population after reweighting, before
+    resampling) and ``origins`` (for each of them, the index of the particle at the
+    start of the step it was extended from; None when it is the same index). The
+    history keeps the summary without ``particles`` (:meth:`summary`).
     """
 
     step: int
@@ -46,6 +53,16 @@ class StepRecord:
     ancestors: np.ndarray | None
     log_ml: float
     n_live: int
+    log_weights: np.ndarray | None = field(default=None, repr=False, compare=False)
+    particles: tuple[Model, ...] | None = field(default=None, repr=False, compare=False)
+    origins: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
+
+    def summary(self) -> StepInfo:
+        """This info without the population (what ``SMCResult.history`` keeps: no particle stays alive)."""
+        return replace(self, particles=None, origins=None)
+
+
+StepRecord = StepInfo  # earlier name, kept importable
 
 
 @dataclass
@@ -55,14 +72,12 @@ class SMCResult:
     particles: list[Model]
     log_weights: np.ndarray
     log_ml: float
-    history: list[StepRecord] = field(default_factory=list)
+    history: list[StepInfo] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     algorithm: str = ""
-    record: dict | None = (
-        None  # the run record when record= / json_file= / visualization_dir= was given
-    )
+    record: RunRecord | None = None  # when record= / json_file= / visualization_dir= asked for one
 
-    def _require_record(self, what: str) -> dict:
+    def _require_record(self, what: str) -> RunRecord:
         if self.record is None:
             raise ValueError(
                 f"{what} needs a run record: run the engine with record=True, e.g. "

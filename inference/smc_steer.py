@@ -5,7 +5,10 @@ times (N·K proposals while N slots are live; finished particles are carried onc
 with their weight); the candidates are down-sampled to N without replacement
 (Fearnhead & Clifford 2003) by :func:`steer_downsample`, and the loop repeats::
 
-    extend → reweight (merge identical candidates) → down-sample → history
+    extend → reweight (merge identical candidates) → down-sample → StepInfo
+
+(:class:`SteerStep`; the shared loop of :mod:`llamppl.inference.steps` derives the
+history, the run record and the progress bar from each ``StepInfo``.)
 
 Unbiasedness of the down-sampling. Write ŵ_j for the candidates' weights and
 S = Σ_j ŵ_j, so that Ẑ = S / N. Choose c with Σ_j min(1, c ŵ_j) = N. Candidates
@@ -50,23 +53,16 @@ import os
 import numpy as np
 
 from llamppl.modeling import Model
-from llamppl.rng import make_rng, using_rng
+from llamppl.rng import make_rng
 from llamppl.validation import check_positive_int
 from llamppl.weights import ess, logsumexp
 
-from .particles import (
-    LMCounters,
-    Progress,
-    begin_all,
-    check_model,
-    log_weights,
-    merge_counted,
-    step_all,
-)
-from .record import recorder_for
-from .result import SMCResult, StepRecord
+from .particles import check_model, log_weights, merge_counted, step_all
+from .record import record_target
+from .result import SMCResult, StepInfo
+from .steps import DEFAULT_MAX_STEPS, check_max_steps, run_population
 
-__all__ = ["smc_steer", "steer_downsample", "allocate_slots"]
+__all__ = ["smc_steer", "SteerStep", "steer_downsample", "allocate_slots"]
 
 
 def steer_downsample(
@@ -128,6 +124,60 @@ def allocate_slots(
     return slots
 
 
+class SteerStep:
+    """One step of SMC steering: ``(particles, t) -> (particles, StepInfo)`` (see the module docstring).
+
+    Holds what the loop carries between steps besides the particles: ``slots``
+    (how many of the N slots each particle fills) and ``proposals`` (extensions made).
+    """
+
+    def __init__(self, n: int, n_beam: int, rng: np.random.Generator) -> None:
+        self.n, self.k, self.rng = n, n_beam, rng
+        self.slots: list[int] | None = None
+        self.proposals = 0
+
+    async def __call__(self, particles: list[Model], t: int) -> tuple[list[Model], StepInfo]:
+        n, k = self.n, self.k
+        if self.slots is None:  # step one: the N clones are one state filling N slots
+            particles, self.slots = merge_counted(particles, [1] * len(particles))
+        # extend: a particle filling m slots gets m·K children of weight w/(m·K)
+        candidates, origins, extended = [], [], []
+        for j, (p, m) in enumerate(zip(particles, self.slots)):
+            children = [p] if p.done_stepping() else [p] + [p.clone() for _ in range(m * k - 1)]
+            if not p.done_stepping():
+                for c in children:
+                    c.weight -= math.log(m * k)
+                extended += children
+            candidates += children
+            origins += [j] * len(children)
+        self.proposals += len(extended)
+        await step_all(extended)
+        # reweight: identical candidates become one, with summed weight and count
+        origin = {id(c): j for c, j in zip(candidates, origins)}
+        candidates, counts = merge_counted(candidates, [1] * len(candidates))
+        w = log_weights(candidates)
+        # down-sample to at most N distinct candidates, then share out the N slots
+        keep, new_w = steer_downsample(w, n, self.rng)
+        particles = [candidates[i] for i in keep.tolist()]
+        for p, lw in zip(particles, new_w.tolist()):
+            p.weight = lw
+        live = [not p.done_stepping() for p in particles]
+        self.slots = allocate_slots(new_w, [counts[i] for i in keep.tolist()], live, n)
+        resampled = len(candidates) > len(keep)
+        info = StepInfo(
+            t,
+            ess(w),
+            resampled,
+            keep if resampled else None,
+            logsumexp(w) - math.log(n),
+            sum(live),
+            w,
+            tuple(candidates),
+            tuple(origin[id(c)] for c in candidates),
+        )
+        return particles, info
+
+
 async def smc_steer(
     model: Model,
     n_particles: int,
@@ -137,6 +187,7 @@ async def smc_steer(
     json_file: str | os.PathLike | None = None,
     visualization_dir: str | os.PathLike | None = None,
     record: bool | str | os.PathLike = False,
+    max_steps: int | None = DEFAULT_MAX_STEPS,
 ) -> SMCResult:
     """SMC steering (LLaMPPL Algorithm 1): K = ``n_beam`` extensions per slot, down-sampled to N.
 
@@ -145,75 +196,28 @@ async def smc_steer(
     extensions with positive weight exist. ``stats["proposals"]`` counts the extensions made
     (N·K per step while N slots are live). ``json_file`` / ``visualization_dir`` write a run
     record (the candidates of every step and the kept ones; :mod:`llamppl.inference.record`);
-    ``record=True`` keeps it on ``SMCResult.record`` (``record=path`` also writes it).
+    ``record=True`` keeps it on ``SMCResult.record`` (``record=path`` also writes it); paths
+    are checked before the run. ``max_steps`` (default 10,000, None for none) bounds the run:
+    particles still stepping after it raise :class:`~llamppl.inference.steps.StepLimitError`
+    (naming the model and the step; ``.result`` holds the run so far). A run whose N·K
+    candidates would not fit in the available memory is refused before it starts.
     """
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
     k = check_positive_int("n_beam", n_beam)
+    limit = check_max_steps(max_steps)
+    target = record_target(json_file, visualization_dir, record)
     rng = make_rng(seed)
-    counters = LMCounters(model)
-    recorder = recorder_for("smc_steer", n, json_file, visualization_dir, record)
-    bar = Progress(progress, "smc_steer")
-    history: list[StepRecord] = []
-    proposals = 0
-    kept: list[int] | None = None  # previous step's kept candidates (for the record's parents)
-    try:
-        with using_rng(rng):
-            particles = [model.clone() for _ in range(n)]
-            await begin_all(particles)
-            particles, slots = merge_counted(particles, [1] * n)
-            while not all(p.done_stepping() for p in particles):
-                # extend: a particle filling m slots gets m·K children of weight w/(m·K)
-                candidates, counts, extended = [], [], []
-                origin: dict[int, int] = {}  # id(candidate) -> index of the particle it extends
-                for j, (p, m) in enumerate(zip(particles, slots)):
-                    if p.done_stepping():
-                        candidates.append(p)
-                        counts.append(1)
-                        origin[id(p)] = j
-                        continue
-                    children = [p] + [p.clone() for _ in range(m * k - 1)]
-                    for c in children:
-                        c.weight -= math.log(m * k)
-                        origin[id(c)] = j
-                    candidates += children
-                    counts += [1] * len(children)
-                    extended += children
-                proposals += len(extended)
-                await step_all(extended)
-                # reweight: identical candidates become one, with summed weight and count
-                candidates, counts = merge_counted(candidates, counts)
-                w = log_weights(candidates)
-                # down-sample to at most N distinct candidates, then share out the N slots
-                keep, new_w = steer_downsample(w, n, rng)
-                particles = [candidates[i] for i in keep.tolist()]
-                for p, lw in zip(particles, new_w.tolist()):
-                    p.weight = lw
-                live = [not p.done_stepping() for p in particles]
-                slots = allocate_slots(new_w, [counts[i] for i in keep.tolist()], live, n)
-                resampled = len(candidates) > len(keep)
-                history.append(
-                    StepRecord(
-                        len(history) + 1,
-                        ess(w),
-                        resampled,
-                        keep if resampled else None,
-                        logsumexp(w) - math.log(n),
-                        sum(live),
-                    )
-                )
-                if recorder is not None:
-                    step = history[-1]
-                    parents = None if kept is None else [kept[origin[id(c)]] for c in candidates]
-                    recorder.step(
-                        step.step, candidates, w, step.ess, step.log_ml, step.ancestors, parents
-                    )
-                kept = keep.tolist()
-                bar.update(candidates=len(candidates), live=sum(live))
-    finally:
-        bar.close()
-    w = log_weights(particles)
-    stats = counters.finish(steps=len(history), n_particles=n, n_beam=k, proposals=proposals)
-    log_ml = logsumexp(w) - math.log(n)
-    record = None if recorder is None else recorder.finish(particles, w, log_ml, kept)
-    return SMCResult(particles, w, log_ml, history, stats, "smc_steer", record=record)
+    one_step = SteerStep(n, k, rng)
+    return await run_population(
+        "smc_steer",
+        model,
+        n,
+        one_step,
+        rng=rng,
+        progress=progress,
+        record=target,
+        max_steps=limit,
+        population_factor=k,
+        extra_stats=lambda: {"n_beam": k, "proposals": one_step.proposals},
+    )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from .submodel import submodel
+from .validation import is_integer
 
 __all__ = ["sample_word", "sample_word_2"]
 
@@ -30,7 +31,7 @@ _NO_SPACE_NEEDED = ("", " ", "\n", "\t", "-", "'", '"', "(")
 @submodel
 async def sample_word(self, context, max_tokens: int = 5, allow_punctuation: bool = True):
     """Sample one word (and optional punctuation) from ``context``; returns ``(word, punctuation)``."""
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+    if not is_integer(max_tokens) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
     lm, masks = context.lm, context.lm.masks
     last = lm.vocab[context.tokens[-1]][-1:] if context.tokens else ""
@@ -66,9 +67,7 @@ async def sample_word_2(
     of it); the punctuation, if any, is one ``MID_PUNCTUATION`` token (``,:;``)
     and/or ``END_SENTENCE_PUNCT`` token (``.!?``), as allowed.
     """
-    if max_chars is not None and (
-        isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1
-    ):
+    if max_chars is not None and (not is_integer(max_chars) or max_chars < 1):
         raise ValueError(f"max_chars must be a positive int or None, got {max_chars!r}")
     lm, masks = context.lm, context.lm.masks
     last = lm.vocab[context.tokens[-1]][-1:] if context.tokens else ""

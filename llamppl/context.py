@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from .distributions import Distribution, _token_support
+from .distributions import Distribution, token_support
 from .lm.base import LanguageModel, validate_token_ids
 from .rng import current_rng
 from .token import Token, sample_index
@@ -90,6 +90,7 @@ class LMContext:
         self._mask: torch.Tensor | None = None  # (V,) bool, set by an observed mask_dist
         self.show_prompt = bool(show_prompt)  # LLaMPPL display options of str(context)
         self.show_eos = bool(show_eos)
+        self._annotations: dict[str, object] = {}  # per-particle notes of proposals (annotate)
 
     @classmethod
     async def create(cls, lm: LanguageModel, prompt: str | Sequence[int], temp: float = 1.0, **kw):
@@ -152,6 +153,26 @@ class LMContext:
         self.tokens.append(int(token_id))
         self._mask = None
 
+    @property
+    def pending_mask(self) -> torch.Tensor | None:
+        """``(V,)`` bool mask the next token is restricted to by observed ``mask_dist`` values, or None."""
+        return self._mask
+
+    def restrict_next(self, mask: torch.Tensor) -> None:
+        """Restrict the next token to ``mask`` (``(V,)`` bool) as well: the pending mask becomes ``m0 & mask``."""
+        self._mask = mask if self._mask is None else self._mask & mask
+
+    def annotation(self, key: str, default: object = None) -> object:
+        """The note ``key`` a proposal attached to this context with :meth:`annotate`, else ``default``."""
+        return self._annotations.get(key, default)
+
+    def annotate(self, key: str, value: object) -> None:
+        """Attach a note (e.g. a proposal's per-particle history) that is copied with the particle.
+
+        Notes are not part of :meth:`state_key`; store immutable values (copies are shallow).
+        """
+        self._annotations[key] = value
+
     async def next_token_logprobs(self) -> torch.Tensor:
         """Tempered next-token log-probs ``(V,)``, ignoring any pending mask."""
         lp = await self.lm.next_token_logprobs(self.tokens)
@@ -174,6 +195,7 @@ class LMContext:
         new = object.__new__(LMContext)
         new.__dict__.update(self.__dict__)
         new.tokens = list(self.tokens)  # the LM and its trie nodes are shared, not copied
+        new._annotations = dict(self.__dict__.get("_annotations", {}))
         return new
 
     def _as_mask(self, mask: Iterable[int] | torch.Tensor) -> torch.Tensor:
@@ -218,7 +240,7 @@ class LMNextToken(Distribution):
 
     async def log_probs(self) -> torch.Tensor:
         lp = await self.context.next_token_logprobs()
-        mask = self.context._mask
+        mask = self.context.pending_mask
         if mask is not None:
             lp = torch.log_softmax(lp.masked_fill(~mask, -math.inf), dim=-1)
         return lp
@@ -236,7 +258,7 @@ class LMNextToken(Distribution):
         return float(lp[i])
 
     async def support(self):
-        return _token_support(self.context.lm, await self.log_probs())
+        return token_support(self.context.lm, await self.log_probs())
 
 
 class LMTokenMask(Distribution):
@@ -270,9 +292,7 @@ class LMTokenMask(Distribution):
         return await self._set(bool(value), inside, outside)
 
     async def _set(self, value: bool, inside: float, outside: float) -> float:
-        new = self.mask if value else ~self.mask
-        pending = self.context._mask
-        self.context._mask = new if pending is None else pending & new
+        self.context.restrict_next(self.mask if value else ~self.mask)
         return inside if value else outside
 
     async def support(self):

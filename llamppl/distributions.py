@@ -35,6 +35,7 @@ __all__ = [
     "Dirac",
     "TokenCategorical",
     "Transformer",
+    "token_support",
 ]
 
 
@@ -223,7 +224,7 @@ class TokenCategorical(Distribution):
         return float(self.log_probs[int(value)])
 
     async def support(self):
-        return _token_support(self.lm, self.log_probs)
+        return token_support(self.lm, self.log_probs)
 
 
 class Transformer(Distribution):
@@ -257,10 +258,11 @@ class Transformer(Distribution):
         return float((await self._log_probs())[int(value)])
 
     async def support(self):
-        return _token_support(self.lm, await self._log_probs())
+        return token_support(self.lm, await self._log_probs())
 
 
-def _token_support(lm, log_probs: torch.Tensor) -> list[tuple[Token, float]]:
+def token_support(lm, log_probs: torch.Tensor) -> list[tuple[Token, float]]:
+    """``support()`` of a next-token distribution: each token id of positive probability, as a Token."""
     ids = torch.nonzero(log_probs > -math.inf).flatten().tolist()
     values = log_probs[ids].tolist()
     return [(Token(lm, i), v) for i, v in zip(ids, values)]

@@ -23,20 +23,32 @@ All four reduce to :meth:`Model.score` on the particle's log ``weight``::
 A plain ``def step(self)`` whose ``self.sample`` returns the value directly
 works too; it runs in a greenlet so that all particles' LM requests are still
 batched into one forward pass.
+
+Arguments are checked where they enter: a score (``score``, ``twist``, a
+distribution's ``log_prob``) must be a real number — Python, NumPy or a 0-d real
+tensor, never ``bool`` or a string — and a condition a bool-like (Python/NumPy
+bool, 0-d bool tensor), never a number or a string; anything else is a
+``TypeError`` naming the argument (:mod:`llamppl.validation`). In an
+``async def step`` every ``sample`` / ``observe`` / ``call`` / ``intervene`` must
+be awaited; one left unawaited is a ``TypeError`` at the end of the step
+(:mod:`llamppl.awaiting`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import math
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import Any
 
 import numpy as np
 
+from .awaiting import awaits_checked, expect_await
 from .context import LMContext
 from .distributions import Distribution
+from .validation import bool_like, real_number
 
 __all__ = ["Model", "ParticleDead", "state_key"]
 
@@ -65,6 +77,23 @@ class Model:
         The particle's log importance weight (``-inf`` after a failed condition).
     finished : bool
         Set by :meth:`finish`; a finished particle is not stepped again.
+
+    Notes
+    -----
+    Users write ``step`` (and optionally ``start``, ``string_for_serialization``,
+    ``immutable_properties``). Inference engines use only this public interface:
+
+    - :meth:`run_start` / :meth:`run_step` run the ``start`` / ``step`` hook once
+      (plain or async, a dead particle's step ending early, unawaited primitives
+      caught);
+    - :meth:`clone`, :meth:`done_stepping`, :meth:`state_key`, and the attributes
+      ``weight`` (read, and set after resampling) and ``finished``;
+    - :meth:`replaying` makes every ``sample`` ask a chooser for its value
+      (``enumerate_exact`` visits every path this way).
+
+    Sub-programs (:class:`~llamppl.SubModel`) score into their caller through
+    :meth:`sample_async`, :meth:`observe_async` and :meth:`intervene_async`, the
+    awaitable forms of the primitives whatever the kind of the caller's ``step``.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Model:
@@ -73,7 +102,7 @@ class Model:
         self.weight = 0.0
         self.finished = False
         self._sync = False
-        self._replay = None
+        self._chooser = None
         self._twist_amount = 0.0
         return self
 
@@ -108,12 +137,19 @@ class Model:
 
     # ------------------------------------------------------------------ primitives
     def score(self, log_w: float) -> None:
-        """Multiply the particle's weight by ``exp(log_w)``. All other primitives reduce to this."""
-        log_w = float(log_w)
+        """Multiply the particle's weight by ``exp(log_w)``. All other primitives reduce to this.
+
+        ``log_w`` must be a real number (Python, NumPy, or a 0-d real tensor), ``-inf``
+        allowed; a bool, a string or a tensor with elements is a ``TypeError``.
+        """
+        self._add_score(log_w, "score(log_w)")
+
+    def _add_score(self, log_w: object, name: str) -> None:
+        log_w = real_number(name, log_w)
         if math.isnan(log_w):
-            raise ValueError("score(log_w) got NaN; log weights may be -inf but never NaN")
+            raise ValueError(f"{name} got NaN; log weights may be -inf but never NaN")
         if log_w == math.inf:
-            raise ValueError("score(log_w) got +inf")
+            raise ValueError(f"{name} got +inf")
         if self.weight != -math.inf:
             self.weight += log_w
 
@@ -122,23 +158,26 @@ class Model:
 
         ``await`` it in an ``async def step``; in a plain ``def step`` it returns the value.
         """
-        coro = self._sample(dist, proposal)
-        return _await_from_greenlet(coro) if self._sync else coro
+        return self._primitive("sample", self.sample_async(dist, proposal))
 
     def observe(self, dist: Distribution, value: Any):
         """Score ``dist.log_prob(value)`` (a likelihood term of G_t)."""
-        coro = self._observe(dist, value)
-        return _await_from_greenlet(coro) if self._sync else coro
+        return self._primitive("observe", self.observe_async(dist, value))
 
     def condition(self, ok: bool) -> None:
-        """Hard constraint: the weight becomes -inf (the particle stops) if ``ok`` is false."""
-        if not ok:
+        """Hard constraint: the weight becomes -inf (the particle stops) if ``ok`` is false.
+
+        ``ok`` must be a bool-like (Python or NumPy bool, 0-d bool tensor); a number,
+        a string or a tensor with several elements is a ``TypeError``.
+        """
+        if not bool_like("condition(ok)", ok):
             self.weight = -math.inf
 
     def twist(self, amount: float) -> None:
         """Add an intermediate potential ``amount`` (undo it later with ``twist(-amount)`` or :meth:`untwist`)."""
-        self.score(amount)
-        self._twist_amount += float(amount)
+        amount = real_number("twist(amount)", amount)
+        self._add_score(amount, "twist(amount)")
+        self._twist_amount += amount
 
     def untwist(self) -> None:
         """Undo every twist not yet undone: ``score(-Σ amounts)`` (LLaMPPL name; never automatic here)."""
@@ -153,13 +192,15 @@ class Model:
         from .submodel import check_submodel
 
         check_submodel(sub)
-        coro = sub.run_with_parent(self)
-        return _await_from_greenlet(coro) if self._sync else coro
+        return self._primitive("call", sub.run_with_parent(self))
 
     def intervene(self, dist: Distribution, value: Any):
         """Force ``dist`` to take ``value`` (its side effects happen) without scoring it."""
-        coro = self._intervene(dist, value)
-        return _await_from_greenlet(coro) if self._sync else coro
+        return self._primitive("intervene", self.intervene_async(dist, value))
+
+    def _primitive(self, name: str, coro):
+        """The value in a plain ``def step`` (greenlet); else the coroutine, watched for a missing await."""
+        return _await_from_greenlet(coro) if self._sync else expect_await(name, coro)
 
     def immutable_properties(self) -> set[str]:
         """Names of attributes shared, not deep-copied, between clones (override; default none)."""
@@ -180,13 +221,32 @@ class Model:
         return self.finished or self.weight == -math.inf
 
     # ------------------------------------------------------------------ engine interface
-    async def advance(self) -> None:
-        """Run one call of ``step`` (plain or async); a dead particle's step ends early."""
-        await self._call_hook(self.step)
+    async def run_step(self) -> None:
+        """Run one call of ``step`` (plain or async); a dead particle's step ends early.
 
-    async def begin(self) -> None:
-        """Run the optional ``start`` hook (plain or async)."""
-        await self._call_hook(self.start)
+        ``TypeError`` at the end of the step if it left a primitive unawaited.
+        """
+        await self._call_hook(self.step, "step")
+
+    async def run_start(self) -> None:
+        """Run the optional ``start`` hook (plain or async), like :meth:`run_step`."""
+        await self._call_hook(self.start, "start")
+
+    advance = run_step  # earlier names of the engine entry points
+    begin = run_start
+
+    @contextlib.contextmanager
+    def replaying(self, chooser: Any) -> Iterator[None]:
+        """While active, every ``sample`` returns ``await chooser.choose(self, dist, proposal)``.
+
+        The chooser decides the value and scores it (``enumerate_exact`` replays and
+        branches a step this way); ``observe`` / ``condition`` / ``twist`` score as usual.
+        """
+        previous, self._chooser = self._chooser, chooser
+        try:
+            yield
+        finally:
+            self._chooser = previous
 
     def clone(self) -> Model:
         """Deep copy of the particle's state; LMs (and their caches) are shared, not copied."""
@@ -202,7 +262,7 @@ class Model:
 
     def state_key(self) -> Any:
         """Hashable summary of the full state (not the weight): equal keys mean interchangeable particles."""
-        skip = ("weight", "_sync", "_replay")
+        skip = ("weight", "_sync", "_chooser")
         return (
             type(self).__name__,
             state_key({k: v for k, v in vars(self).items() if k not in skip}),
@@ -219,7 +279,8 @@ class Model:
         if self.weight == -math.inf:
             raise ParticleDead()
 
-    async def _sample(self, dist: Distribution, proposal: Distribution | None) -> Any:
+    async def sample_async(self, dist: Distribution, proposal: Distribution | None = None) -> Any:
+        """:meth:`sample` as a coroutine, also inside a plain ``def step`` (used by submodels)."""
         if not isinstance(dist, Distribution):
             raise TypeError(f"sample(dist) needs a Distribution, got {type(dist).__name__}")
         if proposal is not None and not isinstance(proposal, Distribution):
@@ -227,24 +288,30 @@ class Model:
                 f"sample(proposal=...) needs a Distribution, got {type(proposal).__name__}"
             )
         self._check_alive()
-        if self._replay is not None:
-            return await self._replay.choose(self, dist, proposal)
+        if self._chooser is not None:
+            return await self._chooser.choose(self, dist, proposal)
         if proposal is None:
             value, _ = await dist.sample()
             return value
         value, log_q = await proposal.sample()
         log_p = await dist.log_prob(value)
-        self.score(log_p - log_q)
+        self._add_score(
+            real_number(f"{type(dist).__name__}.log_prob(value)", log_p)
+            - real_number(f"{type(proposal).__name__}.sample() log-probability", log_q),
+            "sample(dist, proposal) weight",
+        )
         return value
 
-    async def _observe(self, dist: Distribution, value: Any) -> Any:
+    async def observe_async(self, dist: Distribution, value: Any) -> Any:
+        """:meth:`observe` as a coroutine, also inside a plain ``def step`` (used by submodels)."""
         if not isinstance(dist, Distribution):
             raise TypeError(f"observe(dist, value) needs a Distribution, got {type(dist).__name__}")
         self._check_alive()
-        self.score(await dist.log_prob(value))
+        self._add_score(await dist.log_prob(value), f"{type(dist).__name__}.log_prob(value)")
         return value
 
-    async def _intervene(self, dist: Distribution, value: Any) -> Any:
+    async def intervene_async(self, dist: Distribution, value: Any) -> Any:
+        """:meth:`intervene` as a coroutine, also inside a plain ``def step`` (used by submodels)."""
         if not isinstance(dist, Distribution):
             raise TypeError(
                 f"intervene(dist, value) needs a Distribution, got {type(dist).__name__}"
@@ -253,14 +320,15 @@ class Model:
         await dist.log_prob(value)  # side effects only, no score
         return value
 
-    async def _call_hook(self, fn) -> None:
-        try:
-            if inspect.iscoroutinefunction(fn):
-                await fn()
-            else:
-                await self._run_plain(fn)
-        except ParticleDead:
-            pass
+    async def _call_hook(self, fn, hook: str) -> None:
+        with awaits_checked(f"{type(self).__name__}.{hook}"):
+            try:
+                if inspect.iscoroutinefunction(fn):
+                    await fn()
+                else:
+                    await self._run_plain(fn)
+            except ParticleDead:
+                pass
 
     async def _run_plain(self, fn) -> None:
         """Drive a plain function in a greenlet, awaiting what its primitives hand back."""

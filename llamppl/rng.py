@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .validation import is_integer
+
 __all__ = ["current_rng", "using_rng", "make_rng"]
 
 _RNG: contextvars.ContextVar[np.random.Generator | None] = contextvars.ContextVar(
@@ -30,7 +32,7 @@ def make_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
     """A ``numpy.random.Generator`` from ``seed`` (an int, a Generator, or None for fresh entropy)."""
     if isinstance(seed, np.random.Generator):
         return seed
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+    if seed is not None and not is_integer(seed):
         raise TypeError(f"seed must be an int, a numpy Generator or None, got {seed!r}")
     return np.random.default_rng(seed)
 

@@ -23,6 +23,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from .awaiting import expect_await
+
 __all__ = ["SubModel", "submodel", "check_submodel"]
 
 
@@ -47,19 +49,20 @@ class SubModel:
             self.parent = previous
 
     # Primitives: always the awaitable form, also when the parent runs a plain ``def step``
-    # (a submodel's ``forward`` is async, and is awaited on the parent's event loop).
-    async def sample(self, dist, proposal=None):
-        return await self.parent._sample(dist, proposal)
+    # (a submodel's ``forward`` is async, and is awaited on the parent's event loop). Each
+    # coroutine is watched, so a forgotten ``await`` fails at the end of the parent's step.
+    def sample(self, dist, proposal=None):
+        return expect_await("sample", self.parent.sample_async(dist, proposal))
 
-    async def observe(self, dist, value):
-        return await self.parent._observe(dist, value)
+    def observe(self, dist, value):
+        return expect_await("observe", self.parent.observe_async(dist, value))
 
-    async def intervene(self, dist, value):
-        return await self.parent._intervene(dist, value)
+    def intervene(self, dist, value):
+        return expect_await("intervene", self.parent.intervene_async(dist, value))
 
-    async def call(self, sub: SubModel) -> Any:
+    def call(self, sub: SubModel) -> Any:
         check_submodel(sub)
-        return await sub.run_with_parent(self.parent)
+        return expect_await("call", sub.run_with_parent(self.parent))
 
     def condition(self, ok: bool) -> None:
         self.parent.condition(ok)

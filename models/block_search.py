@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-import numbers
 from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
@@ -25,6 +24,7 @@ import torch
 
 from llamppl.lm.base import LanguageModel
 from llamppl.token import sample_index
+from llamppl.validation import is_real
 
 __all__ = [
     "Reward",
@@ -70,7 +70,7 @@ async def score_reward(reward: Reward, prompt_text: str, text: str) -> float:
     r = reward(prompt_text, text)
     if inspect.isawaitable(r):
         r = await r
-    if isinstance(r, bool) or not isinstance(r, numbers.Real) or math.isnan(r) or r == math.inf:
+    if not is_real(r) or math.isnan(r) or r == math.inf:
         raise ValueError(f"reward must return a real number < +inf (not NaN), got {r!r}")
     return float(r)
 

@@ -19,7 +19,6 @@ The MH baseline of Karan & Du (2025) lives in :mod:`llamppl.models.mh_power`.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,7 +32,12 @@ from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.rng import make_rng
 from llamppl.token import sample_index
-from llamppl.validation import check_nonnegative_int, check_positive_int, check_unit_interval
+from llamppl.validation import (
+    check_nonnegative_int,
+    check_positive_int,
+    check_unit_interval,
+    is_real,
+)
 
 from .generation import Generation
 
@@ -60,7 +64,7 @@ def temperature_proposal(
 
 def check_alpha(alpha: object) -> float:
     """``alpha`` as a float, finite and >= 1, else a ``TypeError``/``ValueError`` naming it."""
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+    if not is_real(alpha):
         raise TypeError(f"alpha must be a real number >= 1, got {alpha!r}")
     if not math.isfinite(alpha) or alpha < 1:
         raise ValueError(f"alpha must be a finite number >= 1, got {alpha}")

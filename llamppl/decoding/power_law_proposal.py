@@ -35,7 +35,7 @@ def power_law_history(context: LMContext) -> tuple[float, ...]:
     At most the last ``queue_size`` entries are kept. The tuple lives on the
     context, so it is copied with the particle by ``Model.clone()``.
     """
-    return getattr(context, _HISTORY_ATTR, ())
+    return context.annotation(_HISTORY_ATTR, ())
 
 
 class PowerLawProposal(Distribution):
@@ -95,7 +95,7 @@ class PowerLawProposal(Distribution):
 
     def _record(self, log_p: torch.Tensor, i: int) -> None:
         hist = (*power_law_history(self.context), math.exp(float(log_p[i])))
-        setattr(self.context, _HISTORY_ATTR, hist[-self.sampler.queue_size :])
+        self.context.annotate(_HISTORY_ATTR, hist[-self.sampler.queue_size :])
 
     async def sample(self, rng=None):
         log_q, log_p = await self.log_probs()

@@ -18,13 +18,13 @@ arrives, then serves all of them). Every LM counts its work in ``lm.stats``, an
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import torch
 
 from ..batching import Coalescer
+from ..validation import is_integer
 
 __all__ = ["LMStats", "LanguageModel", "validate_token_ids"]
 
@@ -49,7 +49,7 @@ def validate_token_ids(
         )
     out = []
     for i, t in enumerate(token_ids):
-        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+        if not is_integer(t):
             raise TypeError(
                 f"{name}[{i}] must be an integer token id, got {t!r} ({type(t).__name__})"
             )

@@ -45,6 +45,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Sequence
 
+from ..validation import is_integer
+
 __all__ = ["TokenTrie", "TrieNode"]
 
 
@@ -130,7 +132,7 @@ class TokenTrie:
     """
 
     def __init__(self, capacity: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        if not is_integer(capacity) or capacity < 1:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
         self.capacity = capacity
         self.root = TrieNode(-1, None, 0, -1)

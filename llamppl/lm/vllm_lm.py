@@ -49,6 +49,7 @@ from typing import Any
 
 import torch
 
+from ..validation import is_integer
 from .base import LMStats
 from .hf_vocab import HFTokenizerLM
 from .vllm_load import CAPTURE_MODES, build_engine, import_vllm
@@ -198,7 +199,7 @@ class VLLMLM(HFTokenizerLM):
             tokenizer = llm.get_tokenizer()
         if vocab_size is None:
             vocab_size = int(llm.llm_engine.model_config.get_vocab_size())
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+        if not is_integer(vocab_size) or vocab_size < 1:
             raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r}")
         hf_config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
         hf_config = getattr(hf_config, "hf_config", None) or SimpleNamespace(eos_token_id=None)
