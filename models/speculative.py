@@ -380,7 +380,9 @@ async def speculative_smc(
     threshold = check_unit_interval("ess_threshold", ess_threshold)
     rng = make_rng(seed)
     before = _work(target), _work(draft)
-    result = await smc_standard(model, n, threshold, resampling, seed=rng, progress=progress)
+    result = await smc_standard(
+        model, n, threshold, resampling=resampling, seed=rng, progress=progress
+    )
     t_fw, d_fw = _work(target) - before[0], _work(draft) - before[1]
     chosen = result.sample(rng)
     out = chosen.output()

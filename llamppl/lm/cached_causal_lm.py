@@ -192,6 +192,8 @@ class CachedCausalLM(LanguageModel):
         Work and memory counters.
     """
 
+    backend = "hf"  # LLaMPPL's lm.backend
+
     def __init__(
         self,
         hf_model: Any,

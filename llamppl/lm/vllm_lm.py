@@ -202,6 +202,8 @@ class VLLMLM(LanguageModel):
         Work counters.
     """
 
+    backend = "vllm"  # LLaMPPL's lm.backend
+
     def __init__(
         self,
         llm: Any,
