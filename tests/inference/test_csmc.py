@@ -85,7 +85,7 @@ def _tv_and_bound(states, exact):
 @pytest.mark.parametrize("program", [LikesC, Proposed])
 def test_particle_gibbs_chain_matches_the_exact_posterior(program):
     exact = run(enumerate_exact(program())).posterior
-    chain = run(particle_gibbs(program(), 2, 1200, seed=0))
+    chain = run(particle_gibbs(program(), 4, 1200, seed=0))
     states = [p.string_for_serialization() for p in chain.particles[100:]]
     tv, bound = _tv_and_bound(states, exact)
     assert tv <= bound, (tv, bound)
