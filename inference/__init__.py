@@ -5,9 +5,11 @@ inside async code or through :func:`llamppl.run` from plain code::
 
     from llamppl import run
     from llamppl.inference import smc_standard, smc_steer, importance_sampling, enumerate_exact
+    from llamppl.inference import csmc_standard, particle_gibbs   # conditional SMC, particle Gibbs
     result = run(smc_steer(model, n_particles=8, n_beam=3, seed=0))
 """
 
+from .csmc import CSMCResult, ParticleGibbsChain, Trajectory, csmc_standard, particle_gibbs
 from .enumerate import enumerate_exact
 from .importance import importance_sampling
 from .resampling import RESAMPLERS, get_resampler
@@ -21,6 +23,11 @@ __all__ = [
     "smc_steer",
     "importance_sampling",
     "enumerate_exact",
+    "csmc_standard",
+    "particle_gibbs",
+    "CSMCResult",
+    "ParticleGibbsChain",
+    "Trajectory",
     "SMCResult",
     "StepInfo",
     "StepRecord",

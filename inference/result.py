@@ -16,6 +16,7 @@ import html
 import math
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -66,8 +67,13 @@ StepRecord = StepInfo  # earlier name, kept importable
 
 
 @dataclass
-class SMCResult:
-    """Particles, log weights and log Ẑ of an inference run (exact values for ``enumerate_exact``)."""
+class SMCResult(Sequence):
+    """Particles, log weights and log Ẑ of an inference run (exact values for ``enumerate_exact``).
+
+    It is also the read-only sequence of its particles, as LLaMPPL's engines return a
+    list: ``len(result)``, ``result[0]``, ``result[:2]`` (a list), iteration, ``in``,
+    ``result + []`` / ``[] + result`` (lists). ``list(result)`` gives a plain list.
+    """
 
     particles: list[Model]
     log_weights: np.ndarray
@@ -135,8 +141,14 @@ class SMCResult:
     def __len__(self) -> int:
         return len(self.particles)
 
-    def __getitem__(self, i: int) -> Model:
+    def __getitem__(self, i: int | slice) -> Model | list[Model]:
         return self.particles[i]
+
+    def __add__(self, other) -> list[Model]:
+        return list(self.particles) + list(other)
+
+    def __radd__(self, other) -> list[Model]:
+        return list(other) + list(self.particles)
 
     def __repr__(self) -> str:
         lines = [

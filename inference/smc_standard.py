@@ -75,16 +75,21 @@ async def smc_standard(
     model: Model,
     n_particles: int,
     ess_threshold: float = 0.5,
+    visualization_dir: str | os.PathLike | None = None,
+    json_file: str | os.PathLike | None = None,
+    resampling_method: str | None = None,
+    *,
     resampling: str = "systematic",
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
-    resampling_method: str | None = None,
-    json_file: str | os.PathLike | None = None,
-    visualization_dir: str | os.PathLike | None = None,
     record: bool | str | os.PathLike = False,
     max_steps: int | None = DEFAULT_MAX_STEPS,
 ) -> SMCResult:
     """Run SMC with adaptive resampling on ``model``.
+
+    The positional order is LLaMPPL's, ``smc_standard(model, n_particles,
+    ess_threshold, visualization_dir, json_file, resampling_method)``; our own
+    options (``resampling=``, ``seed=``, ``progress=``, ``record=``) are keywords.
 
     Parameters
     ----------

@@ -182,6 +182,7 @@ async def smc_steer(
     model: Model,
     n_particles: int,
     n_beam: int,
+    *,
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
     json_file: str | os.PathLike | None = None,

@@ -22,6 +22,7 @@ from .distributions import (
     Transformer,
     Uniform,
 )
+from .llms import CachedTransformer
 from .lm import VLLMLM, CachedCausalLM, FunctionLM, LanguageModel
 from .modeling import Model
 from .rng import current_rng, using_rng
@@ -31,7 +32,14 @@ from .token import Token
 
 __version__ = "0.1.0"
 
-_INFERENCE_NAMES = ("smc_standard", "smc_steer", "importance_sampling", "enumerate_exact")
+_INFERENCE_NAMES = (
+    "smc_standard",
+    "smc_steer",
+    "importance_sampling",
+    "enumerate_exact",
+    "csmc_standard",
+    "particle_gibbs",
+)
 
 __all__ = [
     "Model",
@@ -51,6 +59,7 @@ __all__ = [
     "LanguageModel",
     "FunctionLM",
     "CachedCausalLM",
+    "CachedTransformer",
     "VLLMLM",
     "run",
     "current_rng",
@@ -64,7 +73,7 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """LLaMPPL compatibility: ``from llamppl import smc_standard, smc_steer, ...``.
+    """LLaMPPL compatibility: ``from llamppl import smc_standard, smc_steer, csmc_standard, ...``.
 
     The names live in the top-level ``inference`` package, which depends on this
     core package; it is imported here lazily, on first access only, so importing

@@ -24,7 +24,7 @@ from .lm.base import LanguageModel, validate_token_ids
 from .rng import current_rng
 from .token import Token, sample_index
 
-__all__ = ["LMContext", "LMNextToken", "LMTokenMask"]
+__all__ = ["LMContext", "LMNextToken", "LMTokenMask", "ContextLogprobs"]
 
 
 class LMContext:
@@ -99,12 +99,24 @@ class LMContext:
 
     @property
     def model_mask(self):
-        """LLaMPPL name: ids the next token may take, after pending mask observations (read-only)."""
+        """LLaMPPL name: ids the next token may take, after pending mask observations.
+
+        Assigning it (ids, a ``(V,)`` bool tensor or an ``lm.masks`` set) sets the pending mask.
+        """
         from .lm.masks import TokenSet
 
         if self._mask is None:
             return self.lm.masks.ALL_TOKENS
         return TokenSet.from_tensor(self._mask)
+
+    @model_mask.setter
+    def model_mask(self, mask: Iterable[int] | torch.Tensor) -> None:
+        self._mask = self._as_mask(mask)
+
+    @property
+    def s(self) -> str:
+        """hfppl's old name of ``str(context)`` (still in both peers' getting-started page)."""
+        return str(self)
 
     @property
     def token_count(self) -> int:
@@ -173,10 +185,11 @@ class LMContext:
         """
         self._annotations[key] = value
 
-    async def next_token_logprobs(self) -> torch.Tensor:
-        """Tempered next-token log-probs ``(V,)``, ignoring any pending mask."""
-        lp = await self.lm.next_token_logprobs(self.tokens)
-        return lp if self.temp == 1.0 else torch.log_softmax(lp / self.temp, dim=-1)
+    @property
+    def next_token_logprobs(self) -> ContextLogprobs:
+        """Tempered next-token log-probs ``(V,)``: ``await context.next_token_logprobs()``
+        (ignores a pending mask), or LLaMPPL's array attribute form (see :class:`ContextLogprobs`)."""
+        return ContextLogprobs(self)
 
     def __str__(self) -> str:
         ids = self.tokens if self.show_prompt else self.generated
@@ -213,6 +226,45 @@ class LMContext:
         out = torch.zeros(V, dtype=torch.bool, device=device)
         out[list(ids)] = True
         return out
+
+
+class ContextLogprobs:
+    """``context.next_token_logprobs`` in both of its forms.
+
+    Called, it is our coroutine: ``await context.next_token_logprobs()`` gives the
+    tempered log-probs ``(V,)`` ignoring any pending mask, batched with the other
+    particles' requests. Read as an array (``np.asarray``, indexing), it is LLaMPPL's
+    attribute: the same vector with a pending mask applied and renormalised, computed
+    synchronously (one unbatched request; fine outside the inner loop).
+    """
+
+    def __init__(self, context: LMContext) -> None:
+        self.context = context
+
+    async def __call__(self) -> torch.Tensor:
+        ctx = self.context
+        lp = await ctx.lm.next_token_logprobs(ctx.tokens)
+        return lp if ctx.temp == 1.0 else torch.log_softmax(lp / ctx.temp, dim=-1)
+
+    def tensor(self) -> torch.Tensor:
+        """LLaMPPL's array as a ``(V,)`` float tensor (tempered, masked, renormalised)."""
+        ctx = self.context
+        lp = ctx.lm.next_token_logprobs_sync(ctx.tokens)
+        if ctx.temp != 1.0:
+            lp = torch.log_softmax(lp / ctx.temp, dim=-1)
+        if ctx._mask is not None:
+            lp = torch.log_softmax(lp.masked_fill(~ctx._mask, -math.inf), dim=-1)
+        return lp
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.tensor().detach().cpu().numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    def __getitem__(self, index):
+        return self.__array__()[index]
+
+    def __len__(self) -> int:
+        return self.context.lm.vocab_size
 
 
 def _check_messages(messages: object) -> list[dict]:
@@ -292,6 +344,8 @@ class LMTokenMask(Distribution):
         return await self._set(bool(value), inside, outside)
 
     async def _set(self, value: bool, inside: float, outside: float) -> float:
+        if (inside if value else outside) == -math.inf:
+            return -math.inf  # impossible: the particle dies, the context stays untouched (LLaMPPL)
         self.context.restrict_next(self.mask if value else ~self.mask)
         return inside if value else outside
 

@@ -248,6 +248,14 @@ class Model:
         finally:
             self._chooser = previous
 
+    def set_chooser(self, chooser: Any) -> None:
+        """Engine hook: route ``sample`` through ``await chooser.choose(self, dist, proposal)``.
+
+        ``None`` restores plain sampling. Engines that replay or record a particle's
+        random choices use it (``csmc_standard`` pins a reference path this way).
+        """
+        self._chooser = chooser
+
     def clone(self) -> Model:
         """Deep copy of the particle's state; LMs (and their caches) are shared, not copied."""
         shared = self.immutable_properties()

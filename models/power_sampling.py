@@ -249,7 +249,9 @@ async def power_smc(
     n = check_positive_int("n_particles", n_particles)
     threshold = check_unit_interval("ess_threshold", ess_threshold)
     rng = make_rng(seed)
-    result = await smc_standard(model, n, threshold, resampling, seed=rng, progress=progress)
+    result = await smc_standard(
+        model, n, threshold, resampling=resampling, seed=rng, progress=progress
+    )
     chosen = result.sample(rng)
     out = chosen.output()
     return PowerSMCResult(out.tokens, out.text, out.log_likelihood, result=result, particle=chosen)

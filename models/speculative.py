@@ -120,7 +120,9 @@ async def speculative_smc(
     threshold = check_unit_interval("ess_threshold", ess_threshold)
     rng = make_rng(seed)
     before = target.stats.forward_calls, draft.stats.forward_calls
-    result = await smc_standard(model, n, threshold, resampling, seed=rng, progress=progress)
+    result = await smc_standard(
+        model, n, threshold, resampling=resampling, seed=rng, progress=progress
+    )
     t_fw, d_fw = target.stats.forward_calls - before[0], draft.stats.forward_calls - before[1]
     chosen = result.sample(rng)
     out = chosen.output()

@@ -120,6 +120,8 @@ class LanguageModel:
     eos_token_id: int
     bos_token_id: int | None = None
     other_eos_token_ids: frozenset[int] = frozenset()
+    _batch_size: int | None = None  # lm.batch_size: most contexts per backend call (None: all)
+    backend: str = "custom"  # LLaMPPL's lm.backend: "hf", "vllm", "function", ...
 
     def __init__(self) -> None:
         self.stats: LMStats = LMStats()
@@ -198,16 +200,28 @@ class LanguageModel:
         self.next_token_logprobs_sync(prompt_tokens)
 
     @property
-    def batch_size(self) -> None:
-        """Not used: every pending request is served in one batch (there is no size cap to set)."""
-        return None
+    def batch_size(self) -> int | None:
+        """LLaMPPL's knob, with the meaning true for the coalescer: the most contexts one backend
+        call may hold, hence the most rows one transformer forward may hold.
+
+        ``None`` (the default): every pending request is served in one call. ``lm.batch_size = n``
+        splits larger batches into calls of at most ``n`` contexts each (bounding a forward's
+        activation memory); results are the same, only ``batch_calls`` / ``stats.forward_calls`` grow.
+        """
+        return self._batch_size
 
     @batch_size.setter
-    def batch_size(self, value) -> None:
-        raise ValueError(
-            f"lm.batch_size = {value!r} is not supported: all particles' pending requests are "
-            "batched together automatically; bound memory with CachedCausalLM(..., max_cache_tokens=...) instead"
-        )
+    def batch_size(self, value: int | None) -> None:
+        from ..validation import check_positive_int
+
+        self._batch_size = None if value is None else check_positive_int("batch_size", value)
+
+    def clear_kv_cache(self) -> None:
+        """LLaMPPL name of :meth:`clear_cache`: here the KV and the log-probs live in the same
+        trie nodes, so clearing the KV clears both (backends without a cache do nothing)."""
+        clear = getattr(self, "clear_cache", None)
+        if clear is not None:
+            clear()
 
     def __deepcopy__(self, memo) -> LanguageModel:
         return self  # particles share their LM (and its cache); cloning never copies it
@@ -237,6 +251,10 @@ class LanguageModel:
     # ------------------------------------------------------------------ internals
     def _serve(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
         unique = list(dict.fromkeys(contexts))
-        self.stats.batch_calls += 1
-        results = dict(zip(unique, self._next_token_logprobs_batch(unique)))
+        cap = self._batch_size or max(len(unique), 1)  # lm.batch_size: contexts per backend call
+        results: dict[tuple[int, ...], torch.Tensor] = {}
+        for start in range(0, max(len(unique), 1), cap):
+            chunk = unique[start : start + cap]
+            self.stats.batch_calls += 1
+            results.update(zip(chunk, self._next_token_logprobs_batch(chunk)))
         return [results[c] for c in contexts]

@@ -182,6 +182,8 @@ class VLLMLM(HFTokenizerLM):
         Work counters.
     """
 
+    backend = "vllm"  # LLaMPPL's lm.backend
+
     def __init__(
         self,
         llm: Any,

@@ -57,11 +57,6 @@ def test_masks_on_the_embedded_tokenizer(smollm):
     assert smollm.encode(" house")[0] in m.STARTS_NEW_WORD
 
 
-def test_batch_size_is_refused():
-    with pytest.raises(ValueError, match="batch_size"):
-        LM.batch_size = 40
-
-
 class TwoMasks(Model):
     def __init__(self):
         super().__init__()

@@ -11,7 +11,7 @@ from llamppl.inference import enumerate_exact, importance_sampling, smc_standard
 
 
 def _standard(scheme: str, threshold: float = 0.5):
-    return lambda m, n, seed: smc_standard(m, n, threshold, scheme, seed=seed)
+    return lambda m, n, seed: smc_standard(m, n, threshold, resampling=scheme, seed=seed)
 
 
 ALGORITHMS = {

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .rng import current_rng
-from .token import Token, sample_index
-from .validation import check_unit_interval
+from ..rng import current_rng
+from ..token import Token, sample_index
+from ..validation import check_unit_interval
 
 __all__ = [
     "Distribution",
@@ -234,7 +234,7 @@ class Transformer(Distribution):
     """
 
     def __init__(self, lm, prompt: str | Sequence[int], temp: float = 1.0) -> None:
-        from .lm.base import validate_token_ids
+        from ..lm.base import validate_token_ids
 
         self.lm = lm
         if isinstance(prompt, str):  # LLaMPPL form: text, encoded with BOS as LMContext does
@@ -266,3 +266,19 @@ def token_support(lm, log_probs: torch.Tensor) -> list[tuple[Token, float]]:
     ids = torch.nonzero(log_probs > -math.inf).flatten().tolist()
     values = log_probs[ids].tolist()
     return [(Token(lm, i), v) for i, v in zip(ids, values)]
+
+
+_CONTEXT_NAMES = ("LMContext", "LMNextToken", "LMTokenMask")
+
+
+def __getattr__(name: str):
+    """LLaMPPL path ``from llamppl.distributions import LMContext``.
+
+    ``LMContext`` lives in :mod:`llamppl.context`, one floor above this module
+    (it builds on these distributions), so the name is looked up lazily, on first use.
+    """
+    if name in _CONTEXT_NAMES:
+        from .. import context
+
+        return getattr(context, name)
+    raise AttributeError(f"module 'llamppl.distributions' has no attribute {name!r}")
