@@ -50,6 +50,7 @@ FLOORS: list[tuple[str, str, tuple[str, ...]]] = [
         "dsl",
         "llamppl DSL",
         (
+            "llamppl.awaiting",
             "llamppl.token",
             "llamppl.distributions",
             "llamppl.context",

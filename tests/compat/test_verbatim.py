@@ -83,7 +83,7 @@ def test_batch_size_caps_contexts_per_backend_call():
     whole = asyncio.run(all_at_once())
     assert lm.batch_calls == 1
     lm.batch_size = 3
-    lm.batch_calls = 0
+    lm.stats.reset()
     split = asyncio.run(all_at_once())
     assert lm.batch_calls == 3  # ceil(7 / 3) calls of at most 3 contexts
     assert all(torch.equal(a, b) for a, b in zip(whole, split))
