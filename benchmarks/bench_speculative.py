@@ -12,7 +12,7 @@ read on a shared machine). It ends with the setting of best tokens per second (a
 ratio to plain) among those keeping
 mean ESS >= N/2 (the example's defaults).
 
-    python benchmarks/bench_speculative.py --threads 1 --max-tokens 16 --seeds 2
+    python benchmarks/bench_speculative.py --max-tokens 16 --seeds 2
 """
 
 from __future__ import annotations
@@ -68,9 +68,15 @@ def main() -> None:
     parser.add_argument("--k", type=positive_int, default=4, help="K, draft tokens per round")
     parser.add_argument("--max-tokens", type=positive_int, default=16)
     parser.add_argument("--seeds", type=positive_int, default=2, help="runs per setting")
-    parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch threads (default: llamppl's choice)",
+    )
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else llamppl.threads picks at the first load
+        torch.set_num_threads(args.threads)
     target = CachedCausalLM.default()
     total = target.model.config.num_hidden_layers
     bad = [n for n in args.layers if n > total]

@@ -43,20 +43,30 @@ class ShortWordReply(Model):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--question", default="What is the capital of France?")
-    parser.add_argument("--system", default="You are a helpful assistant.")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--question", default="What is the capital of France?", help="the user's message"
+    )
+    parser.add_argument(
+        "--system", default="You are a helpful assistant.", help="the system message"
+    )
     parser.add_argument("--particles", type=int, default=8, help="N, particles kept per step")
     parser.add_argument("--beam", type=int, default=3, help="K, extensions per particle")
-    parser.add_argument("--max-tokens", type=int, default=40)
-    parser.add_argument("--max-letters", type=int, default=7)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-tokens", type=int, default=40, help="tokens per sample at most")
     parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core box)"
+        "--max-letters", type=int, default=7, help="longest allowed word (Unicode letters)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
     )
     args = parser.parse_args()
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     messages = [
         {"role": "system", "content": args.system},

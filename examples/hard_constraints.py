@@ -49,20 +49,26 @@ async def token_masking(lm, prompt: str, constraint, max_tokens: int, greedy: bo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompt", default="The Fed says")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--prompt", default="The Fed says", help="text to continue")
     parser.add_argument("--max-letters", type=int, default=5, help="longest allowed word")
     parser.add_argument("--particles", type=int, default=8, help="N, particles kept per step")
     parser.add_argument("--beam", type=int, default=3, help="K, extensions per particle")
-    parser.add_argument("--max-tokens", type=int, default=20)
+    parser.add_argument("--max-tokens", type=int, default=20, help="tokens per sample at most")
     parser.add_argument(
         "--baseline-samples", type=int, default=3, help="sampled token-masking runs"
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
+    )
     args = parser.parse_args()
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     constraint = max_word_length(args.max_letters)
     rng = np.random.default_rng(args.seed)

@@ -55,16 +55,19 @@ def generate(model, tok, prompt: str, n: int, max_new: int, temperature: float, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompt", default="The warrior entered the dark")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--prompt", default="The warrior entered the dark", help="text to continue")
     parser.add_argument("--samples", type=int, default=3, help="continuations per setting")
-    parser.add_argument("--max-new-tokens", type=int, default=20)
+    parser.add_argument("--max-new-tokens", type=int, default=20, help="tokens per continuation")
     parser.add_argument(
         "--min-p", type=float, default=0.05, help="min-p filter before the power law"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
     parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core box)"
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
     )
     parser.add_argument(
         "--fast", action="store_true", help="1 sample of 4 tokens per setting (smoke test)"
@@ -75,7 +78,8 @@ def main() -> None:
     if args.samples < 1 or args.max_new_tokens < 1:
         parser.error("--samples and --max-new-tokens must be positive integers")
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     model, tok = lm.model, lm.tokenizer
     settings = [("plain", 1.0, None), ("temperature 1.5", 1.5, None)] + [

@@ -26,17 +26,28 @@ PROMPTS = ["My favorite writer is probably", "My favorite physicist is probably"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--prompts", nargs="+", default=PROMPTS, help="two or more prompts")
     parser.add_argument("--particles", type=int, default=8, help="N, particles kept per step")
     parser.add_argument("--beam", type=int, default=3, help="K, extensions per particle")
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--proposal", choices=["both", "first", "product"], default="both")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--max-tokens", type=int, default=16, help="tokens per answer at most")
+    parser.add_argument(
+        "--proposal",
+        choices=["both", "first", "product"],
+        default="both",
+        help="Feynman–Kac formulation(s) to run",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
+    )
     args = parser.parse_args()
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     print("Prompts: " + " | ".join(repr(p) for p in args.prompts))
     proposals = ["first", "product"] if args.proposal == "both" else [args.proposal]

@@ -1,6 +1,6 @@
 """SPECS on the embedded SmolLM2: speculative drafts + reward-guided selection vs beam search vs sampling.
 
-Target: SmolLM2-135M. Draft: the same model truncated to its first ``--draft-layers``
+Target: SmolLM2-135M-Instruct. Draft: the same model truncated to its first ``--draft-layers``
 decoder layers (``truncated_draft``, shared weights, same vocabulary). Process
 reward: a programmatic arithmetic checker on the answer so far
 (:func:`arithmetic_reward`); with τ = 0.8 SPECS drafts once a candidate holds the
@@ -47,23 +47,31 @@ def forwards(lm: CachedCausalLM) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--question", default=QUESTION)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--question", default=QUESTION, help="the question asked (chat template)")
     parser.add_argument("--n", type=int, default=4, help="SPECS candidates per block (beam width)")
     parser.add_argument("--block", type=int, default=8, help="γ, tokens per block")
-    parser.add_argument("--beta", type=float, default=None, help="β (default 2·block)")
+    parser.add_argument(
+        "--beta", type=float, default=None, help="β (None: 2·block, the paper's choice)"
+    )
     parser.add_argument("--tau", type=float, default=0.8, help="switching threshold τ")
     parser.add_argument("--beam-width", type=int, default=2, help="beam search: beams kept")
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens per answer")
     parser.add_argument("--draft-layers", type=int, default=20, help="layers kept in the draft")
     parser.add_argument("--runs", type=int, default=3, help="seeds per method")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
+    )
     parser.add_argument("--fast", action="store_true", help="tiny settings for a smoke test")
     args = parser.parse_args()
     if args.fast:
         args.n, args.block, args.max_tokens, args.runs, args.beam_width = 2, 2, 4, 1, 2
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}")
     target = CachedCausalLM.default()
     draft = truncated_draft(target, args.draft_layers)

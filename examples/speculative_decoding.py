@@ -1,6 +1,6 @@
 """SMC speculative decoding on the embedded SmolLM2 with a layer-truncated "self-speculative" draft.
 
-The target is SmolLM2-135M; the draft is the same model cut after its first
+The target is SmolLM2-135M-Instruct; the draft is the same model cut after its first
 ``--draft-layers`` decoder layers (``truncated_draft``: shared embeddings, final norm
 and head). ``speculative_smc`` drafts K tokens per particle, scores every particle's
 block with one target forward, reweights by p_target / q_draft and adds a bonus
@@ -31,8 +31,13 @@ from llamppl.models import low_temperature_decode, speculative_smc, truncated_dr
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompt", default="Once upon a time, there was a")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--prompt", default="Once upon a time, there was a", help="text to continue"
+    )
     parser.add_argument("--particles", type=int, default=4, help="N, SMC particles")
     parser.add_argument("--k", type=int, default=4, help="K, draft tokens per round")
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens per output")
@@ -40,18 +45,21 @@ def main() -> None:
         "--draft-layers", type=int, default=24, help="decoder layers kept in the draft"
     )
     parser.add_argument("--draft-temp", type=float, default=1.0, help="draft temperature")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
+    )
     parser.add_argument("--fast", action="store_true", help="tiny run (CI smoke test)")
     args = parser.parse_args()
     if args.fast:
         args.particles, args.k, args.max_tokens = 2, 2, 4
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
 
     target = CachedCausalLM.default()
     draft = truncated_draft(target, args.draft_layers)
     print(
-        f"target: SmolLM2-135M ({target.model.config.num_hidden_layers} layers); "
+        f"target: SmolLM2-135M-Instruct ({target.model.config.num_hidden_layers} layers); "
         f"draft: first {args.draft_layers} layers; torch threads: {torch.get_num_threads()}"
     )
 

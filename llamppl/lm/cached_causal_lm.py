@@ -64,6 +64,7 @@ from typing import Any
 
 import torch
 
+from ..threads import apply_default_threads
 from ..validation import check_nonnegative_int
 from .base import LanguageModel
 from .hf_arch import inspect_architecture
@@ -360,6 +361,7 @@ class CachedCausalLM(LanguageModel):
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        apply_default_threads(device)  # llamppl/threads.py: few threads unless the user chose
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or path, got {type(path).__name__}")
         p = Path(path).expanduser()
@@ -410,6 +412,7 @@ class CachedCausalLM(LanguageModel):
         """
         from .embedded import load_embedded
 
+        apply_default_threads(device)  # llamppl/threads.py: few threads unless the user chose
         model, tokenizer = load_embedded(device, dtype)
         return cls(
             model,
