@@ -8,9 +8,11 @@ it prints the ORIGINAL probability (under the plain model) of each chosen
 token, and per setting their mean next to the power-law target: plain sampling
 picks likely tokens, temperature spreads mass over everything, the power law
 aims its choices at the target probability. (A 0.6 target is out of reach for
-this small model, which rarely offers a token that likely: the adaptive target
-then climbs to ``max_target`` and the reshaped distribution goes flat over the
-min-p survivors.)::
+this small model, which rarely offers a token that likely; the conservative preset
+caps the adaptive target at 0.6 (``max_target``), since a target climbing towards 1
+would make the reshaped distribution flat over the min-p survivors and pick LESS
+likely tokens than plain sampling. The last line checks that conservative stays at
+or above plain sampling.)::
 
     python examples/power_law.py --samples 3 --max-new-tokens 20
     python examples/power_law.py --fast          # CI smoke test
@@ -113,6 +115,9 @@ def main() -> None:
     print(f"{'setting':<24} {'mean p(chosen)':>14} {'target':>7}")
     for name, mean, target in summary:
         print(f"{name:<24} {mean:>14.3f} {target:>7}")
+    means = {name: mean for name, mean, _ in summary}
+    ok = means["power-law conservative"] >= means["plain"]
+    print(f"conservative >= plain in mean original probability: {'yes' if ok else 'NO'}")
 
 
 if __name__ == "__main__":

@@ -15,12 +15,15 @@ proposal usually reaches a higher log Ẑ. Strings end after one sentence.
 from __future__ import annotations
 
 import argparse
+import re
 
 import torch
 
 from llamppl import CachedCausalLM, run
 from llamppl.inference import smc_steer
 from llamppl.models import PromptIntersection
+
+ANSWER_WORD = re.compile(r"\s*[^\W\d_]{2,}")  # a word of two or more Unicode letters first
 
 PROMPTS = ["My favorite writer is probably", "My favorite physicist is probably"]
 
@@ -67,6 +70,14 @@ def main() -> None:
             if weight > 0:
                 print(f"  weight {weight:6.3f}  {str(particle)!r}")
         print(f"  log Z estimate: {result.log_ml:.3f}   ({result.stats['time_s']:.1f}s)")
+        answers = [str(p) for p, w in zip(result.particles, result.weights) if w > 0]
+        words = [a for a in answers if ANSWER_WORD.match(a)]
+        print(f"  answers that start with a word: {len(words)}/{len(answers)}")
+        if not words:
+            print(
+                "  (this 135M model puts its mass on initials, titles and punctuation after these "
+                "prompts; try other --prompts or more --max-tokens)"
+            )
 
 
 if __name__ == "__main__":

@@ -109,3 +109,33 @@ def test_example_runs(script: Path):
         f"{script.name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     )
     assert done.stdout.strip(), f"{script.name} printed nothing"
+    if script.name in CLAIMS:
+        CLAIMS[script.name](done.stdout)
+
+
+def _chat_claim(out: str) -> None:
+    """No word of any reply has more Unicode letters than the limit."""
+    longest, limit = map(
+        int, re.search(r"longest word in any reply: (\d+) letters \(limit (\d+)\)", out).groups()
+    )
+    assert longest <= limit
+
+
+def _prompt_intersection_claim(out: str) -> None:
+    """Each formulation reports whether its answers are words, and says why not when none is."""
+    counts = re.findall(r"answers that start with a word: (\d+)/(\d+)", out)
+    assert len(counts) == 2
+    for k, _n in counts:
+        assert int(k) > 0 or "this 135M model puts its mass" in out
+
+
+def _hard_constraints_claim(out: str) -> None:
+    """Every masked run reports its dead ends with the forbidden mass, never the allowed mass."""
+    assert out.count("dead ends:") >= 2 and "stuck after" not in out
+
+
+CLAIMS = {
+    "chat.py": _chat_claim,
+    "prompt_intersection.py": _prompt_intersection_claim,
+    "hard_constraints.py": _hard_constraints_claim,
+}
