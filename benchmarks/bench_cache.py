@@ -291,26 +291,31 @@ def main() -> None:
         "--dtype", choices=sorted(DTYPES), default="float32", help="model and K/V dtype"
     )
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, ...")
-    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: llamppl's choice)"
+    )
     ap.add_argument("--repeats", type=int, default=2, help="timed repetitions, best kept")
     ap.add_argument("--particles", type=int, default=16)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--tree-steps", type=int, default=32, help="0 skips the tree workload (b)")
     args = ap.parse_args()
-    for name in ("particles", "prompt_len", "new_tokens", "repeats", "threads"):
+    for name in ("particles", "prompt_len", "new_tokens", "repeats"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be a positive integer")
     if args.tree_steps < 0:
         ap.error("--tree-steps must be >= 0")
+    if args.threads is not None and args.threads < 1:
+        ap.error("--threads must be a positive integer")
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else llamppl.threads picks at the first load
+        torch.set_num_threads(args.threads)
     lm = load_lm(args.model, args.dtype, args.device)
     limit = lm.max_positions
     if limit is not None and args.prompt_len + max(args.new_tokens, args.tree_steps) > limit:
         ap.error(f"--prompt-len + --new-tokens must not exceed the model's {limit} positions")
     print(
-        f"torch.set_num_threads({args.threads}); torch {torch.__version__}; best of {args.repeats}; "
+        f"torch threads {torch.get_num_threads()}; torch {torch.__version__}; best of {args.repeats}; "
         f"model {args.model or 'embedded SmolLM2-135M'} {args.dtype} on {lm.device}"
     )
     gather(lm, [lm.encode("warm up")])  # first-call overheads

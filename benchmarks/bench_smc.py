@@ -9,7 +9,7 @@ the minimum (prompt + one token per distinct context a step reads: the K childre
 one smc_steer particle read the same context, and particles that sampled the same
 token share one), and Python overhead per step (wall time outside the transformer forward).
 
-    python benchmarks/bench_smc.py --threads 1 --particles 8 16
+    python benchmarks/bench_smc.py --particles 8 16
 """
 
 from __future__ import annotations
@@ -112,16 +112,22 @@ def time_smc(lm, algorithm, n: int, k: int, n_tokens: int, seed: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch threads (default: llamppl's choice)",
+    )
     parser.add_argument("--particles", type=positive_int, nargs="+", default=[8, 16])
     parser.add_argument("--beam", type=positive_int, default=3)
     parser.add_argument("--tokens", type=positive_int, default=30)
     parser.add_argument("--seed", type=nonnegative_int, default=0)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, threads = {torch.get_num_threads()}")
+    if args.threads is not None:  # else llamppl.threads picks at the first load
+        torch.set_num_threads(args.threads)
 
     lm = CachedCausalLM.default()
+    print(f"torch {torch.__version__}, threads = {torch.get_num_threads()}")
     prompt_ids = lm.encode("The Fed says")
     time_generate(lm, prompt_ids, 2, 4)  # warm-up
     run(smc_standard(CountingModel(lm, "The Fed says", 5, 4), 2, seed=0, progress=False))

@@ -17,7 +17,7 @@ log Ẑ >= ``--min-log-z-per-token`` (−0.25) per generated token (the example'
 The log Ẑ floor matters: a draft far from the target keeps ESS high after every
 resampling (the particles are equally poor) while log Ẑ shows the damage.
 
-    python benchmarks/bench_speculative.py --threads 1 --max-tokens 16 --seeds 2
+    python benchmarks/bench_speculative.py --max-tokens 16 --seeds 2
     python benchmarks/bench_speculative.py --drafts first:24 skip:12+12 --particles 4 8
 """
 
@@ -115,9 +115,15 @@ def main() -> None:
         "--min-log-z-per-token", type=float, default=-0.25,
         help="quality floor of the best setting: mean log Z-hat per generated token",
     )  # fmt: skip
-    parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch threads (default: llamppl's choice)",
+    )
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else llamppl.threads picks at the first load
+        torch.set_num_threads(args.threads)
     target = CachedCausalLM.default()
     total = target.model.config.num_hidden_layers
     drafts = {spec: make_draft(target, spec) for spec in args.drafts}

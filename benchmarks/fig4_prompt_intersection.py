@@ -144,15 +144,21 @@ def main() -> None:
     parser.add_argument("--particles", type=positive_int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--beam", type=positive_int, default=3, help="K, extensions per particle")
     parser.add_argument("--max-tokens", type=positive_int, default=16)
-    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads")
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch threads (default: llamppl's choice)",
+    )
     parser.add_argument("--out", type=Path, default=OUT, help="output directory")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.particles, args.max_tokens = 3, [1, 2], 6
 
-    torch.set_num_threads(args.threads)
-    print(f"torch threads: {torch.get_num_threads()}")
+    if args.threads is not None:  # else llamppl.threads picks at the first load
+        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
+    print(f"torch threads: {torch.get_num_threads()}")
     t0 = time.perf_counter()
     results = study(lm, args.particles, args.runs, args.beam, args.max_tokens)
     text = table(results, args.particles, args.runs, args.beam)

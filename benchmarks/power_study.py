@@ -16,7 +16,7 @@ time (and process CPU time, less sensitive to a busy machine) relative to plain 
 with a cleared KV cache, so load drift on a shared machine hits all of them alike.
 Writes ``benchmarks/out/power_study.{md,png,jsonl}``::
 
-    python benchmarks/power_study.py --n-questions 50 --max-tokens 48 --threads 1
+    python benchmarks/power_study.py --n-questions 50 --max-tokens 48
 """
 
 from __future__ import annotations
@@ -198,7 +198,12 @@ def main() -> None:
         "--mh-steps", type=nonnegative_int, default=10, help="M, MH moves per block"
     )
     parser.add_argument("--seed", type=nonnegative_int, default=0)
-    parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch threads (default: llamppl's choice)",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument(
         "--summarise",
@@ -207,7 +212,8 @@ def main() -> None:
         help="only rebuild the table and plot from a (possibly partial) power_study.jsonl",
     )
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else llamppl.threads picks at the first load
+        torch.set_num_threads(args.threads)
     if args.summarise is not None:
         rows = [json.loads(line) for line in args.summarise.read_text().splitlines() if line]
         names = list(dict.fromkeys(r["method"] for r in rows))
@@ -219,8 +225,8 @@ def main() -> None:
         report([r for r in rows if r["question"] in complete], names, args)
         return
 
-    print(f"torch threads: {torch.get_num_threads()}", flush=True)
     lm = CachedCausalLM.default()
+    print(f"torch threads: {torch.get_num_threads()}", flush=True)
     run(low_temperature_decode(lm, "Hello", 1.0, 4, seed=0))  # warm-up
     questions = make_questions(args.n_questions, args.seed)
     table_methods = methods(args)

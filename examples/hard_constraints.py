@@ -30,15 +30,19 @@ async def token_masking(lm, prompt: str, constraint, max_tokens: int, greedy: bo
     """Plain token masking: the proposal M'_t alone, no weights (greedy or sampled).
 
     Returns the text and the places where the LM put most of its mass on forbidden
-    tokens (allowed mass G'_t < 1/2): the dead ends the masking walked into.
+    tokens (forbidden mass 1 − G'_t > 1/2): the dead ends the masking walked into, each
+    with the forbidden token the LM wanted most.
     """
     ctx, text, stuck = LMContext(lm, prompt), "", []
     for _ in range(max_tokens):
         log_probs = await ctx.next_token_logprobs()  # (V,)
         mask = constraint.allowed_mask(lm, text)  # (V,) bool
         allowed_mass = float(torch.logsumexp(log_probs[mask], dim=0).exp())
-        if allowed_mass < 0.5:
-            stuck.append(f"{text[-12:]!r} ({allowed_mass:.2f})")
+        if allowed_mass < 0.5:  # a dead end: most of the LM's mass is on forbidden tokens
+            wanted = int(log_probs.masked_fill(mask, -math.inf).argmax())
+            stuck.append(
+                f"{text[-12:]!r} wanted {lm.vocab[wanted]!r} (forbidden mass {1 - allowed_mass:.2f})"
+            )
         masked = log_probs.masked_fill(~mask, -math.inf)  # (V,)
         token = int(masked.argmax()) if greedy else sample_index(masked, rng)
         if token in lm.eos_token_ids:
@@ -49,31 +53,40 @@ async def token_masking(lm, prompt: str, constraint, max_tokens: int, greedy: bo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompt", default="The Fed says")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--prompt", default="The Fed says", help="text to continue")
     parser.add_argument("--max-letters", type=int, default=5, help="longest allowed word")
     parser.add_argument("--particles", type=int, default=8, help="N, particles kept per step")
     parser.add_argument("--beam", type=int, default=3, help="K, extensions per particle")
-    parser.add_argument("--max-tokens", type=int, default=20)
+    parser.add_argument("--max-tokens", type=int, default=20, help="tokens per sample at most")
     parser.add_argument(
         "--baseline-samples", type=int, default=3, help="sampled token-masking runs"
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
+    )
     args = parser.parse_args()
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     constraint = max_word_length(args.max_letters)
     rng = np.random.default_rng(args.seed)
     print(f"Prompt: {args.prompt!r}   constraint: no word longer than {args.max_letters} letters\n")
 
-    print("Plain token masking (no weights). Where the LM put most mass on forbidden tokens:")
+    print(
+        "Plain token masking (no weights): greedy decoding, then sampled runs. Dead ends: "
+        "where over half the LM's mass was on forbidden tokens, and the token it wanted:"
+    )
     for i in range(1 + args.baseline_samples):
         greedy = i == 0
         text, stuck = run(token_masking(lm, args.prompt, constraint, args.max_tokens, greedy, rng))
-        print(f"  {'greedy' if greedy else f'sample {i}'}: {args.prompt + text!r}")
-        print(f"      stuck after: {', '.join(stuck) if stuck else '-'}")
+        print(f"  {'greedy decoding' if greedy else f'sampled run {i}'}: {args.prompt + text!r}")
+        print(f"      dead ends: {'; '.join(stuck) if stuck else 'none in this run'}")
 
     for proposal in ("mask", "sample"):
         model = HardConstraint(

@@ -24,20 +24,28 @@ TEMPLATE = "To tell the truth, every[BLANK] he[BLANK] to[BLANK] another[BLANK]."
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--template", default=TEMPLATE, help="text with [BLANK] markers")
     parser.add_argument("--particles", type=int, default=8, help="N, particles kept per step")
     parser.add_argument("--beam", type=int, default=3, help="K, extensions per particle")
     parser.add_argument("--geometric-p", type=float, default=0.5, help="hole length ~ Geometric(p)")
-    parser.add_argument("--max-hole-tokens", type=int, default=None, help="truncate hole lengths")
+    parser.add_argument(
+        "--max-hole-tokens", type=int, default=None, help="truncate hole lengths (None: no limit)"
+    )
     parser.add_argument(
         "--no-correction", action="store_true", help="drop 2^{|h|+1}: prior on short holes"
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
+    )
     args = parser.parse_args()
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     model = Infilling.from_template(
         lm,

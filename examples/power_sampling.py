@@ -27,8 +27,11 @@ QUESTION = (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--question", default=QUESTION)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--question", default=QUESTION, help="the question asked (chat template)")
     parser.add_argument("--alpha", type=float, default=4.0, help="power α >= 1")
     parser.add_argument("--particles", type=int, default=16, help="N, Power-SMC particles")
     parser.add_argument("--max-tokens", type=int, default=48, help="T_max, tokens per output")
@@ -37,15 +40,18 @@ def main() -> None:
     )
     parser.add_argument("--mh-block-size", type=int, default=6, help="B, MH block length")
     parser.add_argument("--mh-steps", type=int, default=5, help="M, MH moves per block")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
+    )
     parser.add_argument("--fast", action="store_true", help="tiny settings for a smoke test")
     args = parser.parse_args()
     if args.fast:
         args.particles, args.max_tokens, args.ramp_tokens = 4, 6, 2
         args.mh_block_size, args.mh_steps = 3, 2
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     messages = [{"role": "user", "content": args.question}]
     prompt = lm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -15,6 +15,7 @@ proposal usually reaches a higher log Ẑ. Strings end after one sentence.
 from __future__ import annotations
 
 import argparse
+import re
 
 import torch
 
@@ -22,21 +23,34 @@ from llamppl import CachedCausalLM, run
 from llamppl.inference import smc_steer
 from llamppl.models import PromptIntersection
 
+ANSWER_WORD = re.compile(r"\s*[^\W\d_]{2,}")  # a word of two or more Unicode letters first
+
 PROMPTS = ["My favorite writer is probably", "My favorite physicist is probably"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--prompts", nargs="+", default=PROMPTS, help="two or more prompts")
     parser.add_argument("--particles", type=int, default=8, help="N, particles kept per step")
     parser.add_argument("--beam", type=int, default=3, help="K, extensions per particle")
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--proposal", choices=["both", "first", "product"], default="both")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--max-tokens", type=int, default=16, help="tokens per answer at most")
+    parser.add_argument(
+        "--proposal",
+        choices=["both", "first", "product"],
+        default="both",
+        help="Feynman–Kac formulation(s) to run",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
+    )
     args = parser.parse_args()
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     print("Prompts: " + " | ".join(repr(p) for p in args.prompts))
     proposals = ["first", "product"] if args.proposal == "both" else [args.proposal]
@@ -56,6 +70,14 @@ def main() -> None:
             if weight > 0:
                 print(f"  weight {weight:6.3f}  {str(particle)!r}")
         print(f"  log Z estimate: {result.log_ml:.3f}   ({result.stats['time_s']:.1f}s)")
+        answers = [str(p) for p, w in zip(result.particles, result.weights) if w > 0]
+        words = [a for a in answers if ANSWER_WORD.match(a)]
+        print(f"  answers that start with a word: {len(words)}/{len(answers)}")
+        if not words:
+            print(
+                "  (this 135M model puts its mass on initials, titles and punctuation after these "
+                "prompts; try other --prompts or more --max-tokens)"
+            )
 
 
 if __name__ == "__main__":

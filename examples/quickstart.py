@@ -34,20 +34,24 @@ class NoLongWords(Model):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompt", default="The Fed says")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--prompt", default="The Fed says", help="text to continue")
     parser.add_argument("--particles", type=int, default=16, help="N, particles kept per step")
     parser.add_argument("--beam", type=int, default=3, help="K, extensions per particle")
-    parser.add_argument("--max-tokens", type=int, default=30)
-    parser.add_argument("--max-letters", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-tokens", type=int, default=30, help="tokens per particle at most")
+    parser.add_argument("--max-letters", type=int, default=5, help="longest allowed word")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
     parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core box)"
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
     )
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args()
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     model = NoLongWords(lm, args.prompt, args.max_letters, args.max_tokens)
     result = run(

@@ -1,11 +1,15 @@
 """SPECS on the embedded SmolLM2: speculative drafts + reward-guided selection vs beam search vs sampling.
 
-Target: SmolLM2-135M. Draft: the same model truncated to its first ``--draft-layers``
+Target: SmolLM2-135M-Instruct. Draft: the same model truncated to its first ``--draft-layers``
 decoder layers (``truncated_draft``, shared weights, same vocabulary). Process
-reward: a programmatic arithmetic checker on the answer so far
-(:func:`arithmetic_reward`); with τ = 0.8 SPECS drafts once a candidate holds the
-correct answer (SPECS Algorithm 1, lines 9–10). For each method and seed the script prints
-the answer, its reward, the wall time and the transformer forwards on each model.
+reward: an exact checker of the answer so far (:func:`arithmetic_reward`, values 0, 1/2,
+1); with τ = 0.8 SPECS drafts once a candidate states the correct answer (SPECS
+Algorithm 1, lines 9–10), and β = 2·block as the paper prescribes. For each method and
+seed the script prints the answer, its reward, the wall time and the transformer
+forwards on each model; for SPECS also "generators", one letter per block: ``t`` if the
+target drew that block's candidates, ``d`` if the draft did (e.g. ``tddd``: the first
+block, drawn by the target, held the answer, and the draft wrote the rest).
+``benchmarks/specs_study.py`` compares the methods on many questions.
 
     python examples/specs.py --n 4 --block 8 --max-tokens 32 --runs 3
     python examples/specs.py --fast      # a few tokens, for a CI smoke test
@@ -28,18 +32,22 @@ ANSWER, OPERANDS = "12", {"7", "5"}
 
 
 def arithmetic_reward(prompt_text: str, text: str) -> float:
-    """Process reward r(tr) in [0, 1] for the partial answer ``text``.
+    """Process reward r(tr) in {0, 1/2, 1}: an exact checker of the partial answer ``text``.
 
-    1 once the correct number appears; 0.4 if only the question's operands appear so
-    far (a worked step); 0.3 minus 0.01 per word while no number has appeared (be
-    brief); 0 once any other number appears.
+    1 once the last number stated is the answer; 0 once it is another number (not one
+    of the question's operands) or once the text holds special-token markup such as
+    ``<|endoftext|>`` (garbage after a false end); 1/2 while undecided. The same checker
+    as ``benchmarks/specs_study.py``; its value is the probability that the trace ends
+    correct, SPECS' idealised PRM.
     """
-    numbers = set(re.findall(r"\d+", text))
-    if ANSWER in numbers:
+    if "<|" in text:
+        return 0.0
+    numbers = re.findall(r"\d+", text)
+    if not numbers:
+        return 0.5
+    if numbers[-1] == ANSWER:
         return 1.0
-    if numbers:
-        return 0.4 if numbers <= OPERANDS else 0.0
-    return max(0.3 - 0.01 * len(text.split()), 0.0)
+    return 0.5 if set(numbers) <= OPERANDS else 0.0
 
 
 def forwards(lm: CachedCausalLM) -> int:
@@ -47,23 +55,31 @@ def forwards(lm: CachedCausalLM) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--question", default=QUESTION)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--question", default=QUESTION, help="the question asked (chat template)")
     parser.add_argument("--n", type=int, default=4, help="SPECS candidates per block (beam width)")
     parser.add_argument("--block", type=int, default=8, help="γ, tokens per block")
-    parser.add_argument("--beta", type=float, default=None, help="β (default 2·block)")
+    parser.add_argument(
+        "--beta", type=float, default=None, help="β (None: 2·block, the paper's choice)"
+    )
     parser.add_argument("--tau", type=float, default=0.8, help="switching threshold τ")
     parser.add_argument("--beam-width", type=int, default=2, help="beam search: beams kept")
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens per answer")
-    parser.add_argument("--draft-layers", type=int, default=20, help="layers kept in the draft")
+    parser.add_argument("--draft-layers", type=int, default=12, help="layers kept in the draft")
     parser.add_argument("--runs", type=int, default=3, help="seeds per method")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
+    )
     parser.add_argument("--fast", action="store_true", help="tiny settings for a smoke test")
     args = parser.parse_args()
     if args.fast:
         args.n, args.block, args.max_tokens, args.runs, args.beam_width = 2, 2, 4, 1, 2
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}")
     target = CachedCausalLM.default()
     draft = truncated_draft(target, args.draft_layers)
@@ -99,7 +115,9 @@ def main() -> None:
             total_fd += forwards(draft) - fd
             extra = ""
             if hasattr(out, "steps") and out.steps and hasattr(out.steps[0], "generator"):
-                extra = "  generators: " + "".join(s.generator[0] for s in out.steps)
+                extra = "  generators (t target, d draft): " + "".join(
+                    s.generator[0] for s in out.steps
+                )
             print(f"[{name}] seed {seed}: reward {r:.2f}, {elapsed:.2f}s{extra}\n  {out.text!r}")
         rows.append((name, total_r / args.runs, total_t / args.runs, total_ft, total_fd))
     base_t = rows[1][2]

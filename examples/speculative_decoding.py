@@ -1,6 +1,6 @@
 """SMC speculative decoding on the embedded SmolLM2 with a layer-skipping "self-speculative" draft.
 
-The target is SmolLM2-135M; the draft is the same model with its middle decoder layers
+The target is SmolLM2-135M-Instruct; the draft is the same model with its middle decoder layers
 skipped: it keeps the first ``--keep-first`` and the last ``--keep-last`` of the 30
 layers (``skip_middle_draft``: the target's own tensors, no copy). ``speculative_smc`` drafts K tokens per particle, scores every particle's
 block with one target forward, reweights by p_target / q_draft and adds a bonus
@@ -32,26 +32,34 @@ from llamppl.models import low_temperature_decode, skip_middle_draft, speculativ
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompt", default="Once upon a time, there was a")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--prompt", default="Once upon a time, there was a", help="text to continue"
+    )
     parser.add_argument("--particles", type=int, default=4, help="N, SMC particles")
     parser.add_argument("--k", type=int, default=2, help="K, draft tokens per round")
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens per output")
     parser.add_argument("--keep-first", type=int, default=14, help="first layers in the draft")
     parser.add_argument("--keep-last", type=int, default=14, help="last layers in the draft")
     parser.add_argument("--draft-temp", type=float, default=1.0, help="draft temperature")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
+    )
     parser.add_argument("--fast", action="store_true", help="tiny run (CI smoke test)")
     args = parser.parse_args()
     if args.fast:
         args.particles, args.k, args.max_tokens = 2, 2, 4
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
 
     target = CachedCausalLM.default()
     draft = skip_middle_draft(target, args.keep_first, args.keep_last)
     print(
-        f"target: SmolLM2-135M ({target.model.config.num_hidden_layers} layers); draft: first "
+        f"target: SmolLM2-135M-Instruct ({target.model.config.num_hidden_layers} layers); draft: first "
         f"{args.keep_first} and last {args.keep_last} layers; torch threads: {torch.get_num_threads()}"
     )
 

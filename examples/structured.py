@@ -35,16 +35,22 @@ SENTENCE = "Maria Lopez, a 34-year-old nurse, moved from Seville to Madrid last 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sentence", default=SENTENCE)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--sentence", default=SENTENCE, help="sentence to extract the JSON from")
     parser.add_argument("--particles", type=int, default=8, help="SMC particles N")
     parser.add_argument("--max-tokens", type=int, default=40, help="token budget of the JSON")
     parser.add_argument("--samples", type=int, default=4, help="local-masking samples (batch)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
+    )
     args = parser.parse_args()
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
+        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     request = f"Extract the person (name, age, city) from this sentence as JSON: {args.sentence}"
     prompt = lm.tokenizer.apply_chat_template(

@@ -25,7 +25,9 @@ it adds to its parent's text) when it extends its parent's text and as ``"text"`
 otherwise, so memory stays linear in steps × particles; ``frame_texts(record)``
 gives the full texts. A weight of −inf (a particle that
 failed a condition; ``"died": true``) is written as ``null``, so the file is strict
-JSON. ``ancestors`` (chosen by resampling; for ``smc_steer``, the kept candidates)
+JSON. A lone surrogate code point in a text (``"\\ud800"``: a token string that is not
+valid Unicode, which browsers and strict JSON readers reject) is written as U+FFFD,
+the replacement character. ``ancestors`` (chosen by resampling; for ``smc_steer``, the kept candidates)
 index the same step's ``particles``. ``parent`` indexes the previous step's
 ``particles`` (the particle this one was extended from; ``null`` at step 1), and for
 ``final`` the last step's: together they are the genealogy. Memory is linear in
@@ -45,6 +47,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +71,7 @@ __all__ = [
 ]
 
 VERSION = 2
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 RunRecord = dict[str, Any]  # the JSON-ready run record (format above)
 
@@ -81,6 +85,11 @@ class RecordTarget:
 
 def _weight(w: float) -> float | None:
     return None if w == -math.inf else float(w)
+
+
+def _safe_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (see the format above)."""
+    return _LONE_SURROGATE.sub("\ufffd", text) if isinstance(text, str) else text
 
 
 def _text_entry(text: str, parent_text: str | None) -> dict[str, str]:
@@ -127,7 +136,7 @@ class RunRecorder:
     def _snapshot(
         self, particles: list[Model], log_weights: np.ndarray, parents: list[int] | None
     ) -> list[dict[str, Any]]:
-        texts = [_text_of(p) for p in particles]
+        texts = [_safe_text(_text_of(p)) for p in particles]
         prev = self._texts
         parents = parents if parents is not None else [None] * len(particles)
         out = [

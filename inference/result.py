@@ -164,7 +164,7 @@ class SMCResult(Sequence):
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><td>{w:.4f}</td><td style='text-align:left'>{html.escape(t)}</td></tr>"
+            f"<tr><td>{w:.4f}</td><td style='text-align:left;white-space:pre-wrap'>{html.escape(t)}</td></tr>"
             for t, w in list(self.posterior.items())[:20]
         )
         viewer = ""

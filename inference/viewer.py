@@ -10,7 +10,10 @@ particle's weight and lineage. ``SMCResult.to_html(path)`` calls ``write_html``:
     result = run(smc_standard(model, 16, seed=0, record=True))
     result.to_html("run.html")
 
-Opening ``run.html#step=5`` starts at the sixth frame; ``#selftest`` makes the page
+Charts have the step numbers on the x axis and a legend for the red resampling
+ticks; a newline in a particle's one-line row shows as ``⏎``. Opening
+``run.html#step=5`` starts at the sixth frame (a fragment that is not a whole number
+is ignored); ``#selftest`` makes the page
 move its own step control and report what it showed in ``body[data-selftest]``
 (used by the browser test).
 """
@@ -19,10 +22,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
 __all__ = ["render_html", "write_html"]
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def render_html(record: dict) -> str:
@@ -30,8 +36,10 @@ def render_html(record: dict) -> str:
     if not isinstance(record, dict) or record.get("format") != "llamppl-run-record":
         raise ValueError("record must be a run record (a dict with format 'llamppl-run-record')")
     template = resources.files(__package__).joinpath("viewer.html").read_text(encoding="utf-8")
-    # strict JSON inside <script type="application/json">: '<' escaped so no text closes the tag
-    data = json.dumps(record, allow_nan=False).replace("<", "\\u003c")
+    # strict JSON inside <script type="application/json">: '<' escaped so no text closes the
+    # tag; lone surrogates (not Unicode text; Chromium dies on them) shown as U+FFFD
+    data = json.dumps(record, allow_nan=False, ensure_ascii=False).replace("<", "\\u003c")
+    data = _LONE_SURROGATE.sub("\ufffd", data)
     return template.replace("__RECORD__", data)
 
 

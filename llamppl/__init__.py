@@ -9,6 +9,14 @@ Write a :class:`Model` subclass whose ``step`` uses ``sample`` / ``observe`` /
     result = run(smc_steer(MyModel(lm, "The Fed says"), n_particles=8, n_beam=3, seed=0))
 """
 
+import warnings as _warnings
+
+# transformers imports tqdm.auto, which in Jupyter without ipywidgets warns "IProgress not
+# found" and then uses the plain text bar anyway: import it first, without the warning
+with _warnings.catch_warnings():
+    _warnings.filterwarnings("ignore", message="IProgress not found")
+    import tqdm.auto as _tqdm_auto  # noqa: F401
+
 from .chunks import sample_word, sample_word_2
 from .context import LMContext, LMNextToken, LMTokenMask
 from .distributions import (

@@ -63,6 +63,32 @@ def _run(script: Path, args: list[str], timeout: float) -> subprocess.CompletedP
     )
 
 
+def option_help(help_text: str) -> dict[str, str]:
+    """``--help`` output -> {option invocation: its help text} (whitespace collapsed)."""
+    section = re.split(r"\n(?:options|optional arguments):\n", help_text, maxsplit=1)[1]
+    out = {}
+    for block in re.split(r"\n(?=  -)", section.rstrip()):
+        parts = re.split(r"\s{2,}|\n", block.strip(), maxsplit=1)
+        out[parts[0]] = " ".join(parts[1].split()) if len(parts) > 1 else ""
+    return out
+
+
+@pytest.mark.parametrize("script", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.name)
+def test_every_option_has_help_and_its_default(script: Path):
+    shown = _run(script, ["--help"], timeout=120)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    options = option_help(shown.stdout)
+    assert len(options) > 2
+    for invocation, text in options.items():
+        if invocation.startswith("-h"):
+            continue
+        assert text and not text.startswith("(default"), f"{script.name}: {invocation} has no help"
+        if " " in invocation:  # takes a value: its default is shown
+            assert "(default: " in text, f"{script.name}: {invocation} hides its default"
+    threads = [t for inv, t in options.items() if inv.startswith("--threads")]
+    assert threads in ([], [threads[0]]) and all("(default: None)" in t for t in threads)
+
+
 def fast_args(name: str, help_text: str) -> list[str]:
     if name in FAST_ARGS:
         return FAST_ARGS[name]
@@ -83,3 +109,33 @@ def test_example_runs(script: Path):
         f"{script.name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     )
     assert done.stdout.strip(), f"{script.name} printed nothing"
+    if script.name in CLAIMS:
+        CLAIMS[script.name](done.stdout)
+
+
+def _chat_claim(out: str) -> None:
+    """No word of any reply has more Unicode letters than the limit."""
+    longest, limit = map(
+        int, re.search(r"longest word in any reply: (\d+) letters \(limit (\d+)\)", out).groups()
+    )
+    assert longest <= limit
+
+
+def _prompt_intersection_claim(out: str) -> None:
+    """Each formulation reports whether its answers are words, and says why not when none is."""
+    counts = re.findall(r"answers that start with a word: (\d+)/(\d+)", out)
+    assert len(counts) == 2
+    for k, _n in counts:
+        assert int(k) > 0 or "this 135M model puts its mass" in out
+
+
+def _hard_constraints_claim(out: str) -> None:
+    """Every masked run reports its dead ends with the forbidden mass, never the allowed mass."""
+    assert out.count("dead ends:") >= 2 and "stuck after" not in out
+
+
+CLAIMS = {
+    "chat.py": _chat_claim,
+    "prompt_intersection.py": _prompt_intersection_claim,
+    "hard_constraints.py": _hard_constraints_claim,
+}

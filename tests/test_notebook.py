@@ -32,7 +32,14 @@ def test_tour_notebook_runs(tmp_path, monkeypatch):
     assert not [o for o in outputs if o.output_type == "error"]
     texts = "\n".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
     assert "SMCResult(smc_steer: 4 particles" in texts
-    assert (tmp_path / "tour_run.html").stat().st_size > 0
+    pages = re.findall(r"viewer page: (\S+)", texts)
+    assert len(pages) == 1 and Path(pages[0]).name == "tour_run.html"
+    assert Path(pages[0]).stat().st_size > 0
+    assert not (tmp_path / "tour_run.html").exists()  # nothing written next to the notebook
+    assert list(tmp_path.iterdir()) == []
+    stderr = "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
+    assert "Warning" not in stderr, stderr  # e.g. tqdm's "IProgress not found"
+    assert "torch.set_num_threads" not in "".join(c.source for c in nb.cells)  # library default
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the plot
     # SMC's correctness is proved in tests/inference; here the cell must print both numbers
     assert re.search(r"exact log Z -?\d+\.\d+, SMC estimate -?\d+\.\d+", texts)

@@ -55,7 +55,16 @@ __all__ = ["PowerLawSampler", "PowerLawDraw", "PRESETS"]
 PRESETS: dict[str, dict[str, float]] = {
     "creative": {"target": 0.12, "width": 0.08, "tail_heaviness": 3.0, "queue_size": 20},
     "balanced": {"target": 0.2, "width": 0.15},
-    "conservative": {"target": 0.6, "width": 0.2, "tail_heaviness": 2.0, "queue_size": 5},
+    # max_target = target: PL-2 lifts the target towards 1 when the model offers nothing as
+    # likely as 0.6, and near 1 the reshape is flat over the min-p survivors (below plain
+    # sampling's mean probability); capped, it keeps favouring the likeliest tokens
+    "conservative": {
+        "target": 0.6,
+        "width": 0.2,
+        "tail_heaviness": 2.0,
+        "queue_size": 5,
+        "max_target": 0.6,
+    },
     "aggressive": {"target": 0.03, "width": 0.05},
 }
 

@@ -51,6 +51,7 @@ from typing import Any
 
 import torch
 
+from ..threads import apply_default_threads
 from .batch_plan import Request, count_new_tokens, group_paths, plan_rows
 from .exactness import rounding_tolerance, verify_exact
 from .hf_arch import Architecture, inspect_architecture
@@ -179,6 +180,7 @@ class CachedCausalLM(HFTokenizerLM):
         if this torch build cannot use them.
         """
         device = check_device(device)
+        apply_default_threads(device)  # llamppl/threads.py: few threads unless the user chose
         model, tokenizer = load_pretrained(path, dtype, **model_kwargs)
         return cls(
             model,
@@ -204,6 +206,7 @@ class CachedCausalLM(HFTokenizerLM):
         every call returns a fresh LM (empty cache, zero stats).
         """
         device = check_device(device)
+        apply_default_threads(device)  # llamppl/threads.py: few threads unless the user chose
         model, tokenizer = load_default(device, dtype)
         return cls(
             model,

@@ -17,7 +17,7 @@ import subprocess
 import pytest
 from programs import EOS, AllFailProgram, toy_lm
 
-from llamppl import LMContext, Model, run
+from llamppl import FunctionLM, LMContext, Model, run
 from llamppl.inference import smc_standard
 from llamppl.inference.record import frame_texts
 from llamppl.inference.viewer import render_html
@@ -39,6 +39,34 @@ class Walk(Model):
 
 def walk_result():
     return run(smc_standard(Walk(toy_lm()), 16, 0.5, seed=3, record=True))
+
+
+class Tokens(Model):
+    """Up to 4 tokens of ``lm`` (uniform), then stop: every token string shows up somewhere."""
+
+    def __init__(self, lm) -> None:
+        super().__init__()
+        self.context = LMContext(lm, [0])
+
+    async def step(self) -> None:
+        token = await self.sample(self.context.next_token())
+        if token in self.context.lm.eos_token_ids or len(self.context.generated) >= 4:
+            self.finish()
+
+
+def tokens_result(vocab: list[str]):
+    lm = FunctionLM(vocab, len(vocab) - 1, lambda ctx: [0.0] * len(vocab))
+    return run(smc_standard(Tokens(lm), 16, 0.5, seed=0, record=True))
+
+
+def test_lone_surrogate_is_recorded_as_the_replacement_character(tmp_path):
+    record = tokens_result(["a", "\ud800", "<eos>"]).record
+    texts = [t for frame in frame_texts(record) for t in frame]
+    assert any("\ufffd" in t for t in texts)
+    assert not any(re.search("[\ud800-\udfff]", t) for t in texts)
+    page = render_html(record)
+    page.encode("utf-8")  # strict UTF-8: no surrogate left
+    assert json.loads(re.search(r'type="application/json">(.*?)</script>', page, re.S)[1]) == record
 
 
 def test_page_is_self_contained_and_embeds_the_record(tmp_path):
@@ -108,6 +136,10 @@ def test_viewer_in_headless_chromium(tmp_path):
     assert shown["rows"] == len(record["final"]) == 16
     assert shown["lines"] == 16  # every final particle has a parent line
     assert shown["texts"] == frame_texts(record)[-1]  # texts rebuilt from the stored deltas
+    steps = [str(s["step"]) for s in record["steps"]]
+    assert shown["xticks"][0] == steps[0] and shown["xticks"][-1] == steps[-1]
+    assert set(shown["xticks"]) <= set(steps) and len(shown["xticks"]) <= 7
+    assert shown["xlabel"] == "step" and shown["legend"] == "resampled"
 
     png = tmp_path / "shot.png"
     chromium(tmp_path, "--window-size=1000,760", f"--screenshot={png}", page.as_uri() + "#step=3")
@@ -121,12 +153,50 @@ def test_viewer_in_headless_chromium(tmp_path):
 
 @pytest.mark.browser
 @needs_chromium
+def test_newlines_show_as_a_visible_mark(tmp_path):
+    result = tokens_result(["a", "\n", "b", "<eos>"])
+    page = result.to_html(tmp_path / "nl.html")
+    shown = json.loads(
+        body_data(chromium(tmp_path, "--dump-dom", page.as_uri() + "#selftest"))["selftest"]
+    )
+    final = frame_texts(result.record)[-1]
+    assert any("\n" in t for t in final)
+    assert shown["texts"] == [t.replace("\n", "\u23ce") for t in final]
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_lone_surrogate_token_renders_in_chromium(tmp_path):
+    page = tokens_result(["a", "\ud800", "<eos>"]).to_html(tmp_path / "sur.html")
+    data = body_data(chromium(tmp_path, "--dump-dom", page.as_uri() + "#selftest"))
+    assert data["errors"] == "0"
+    assert any("\ufffd" in t for t in json.loads(data["selftest"])["texts"])
+
+
+@pytest.mark.browser
+@needs_chromium
+@pytest.mark.parametrize("fragment", ["step=abc", "step=", "step=-1", "step=1e9x"])
+def test_bad_step_fragment_is_ignored(tmp_path, fragment):
+    page = walk_result().to_html(tmp_path / "run.html")
+    data = body_data(chromium(tmp_path, "--dump-dom", page.as_uri() + "#" + fragment))
+    assert data["errors"] == "0" and data["step"] == "0"
+
+
+@pytest.mark.browser
+@needs_chromium
 def test_all_dead_record_renders_with_its_message(tmp_path):
     result = run(smc_standard(AllFailProgram(toy_lm()), 4, seed=0, record=True))
     page = result.to_html(tmp_path / "dead.html")
     dom = chromium(tmp_path, "--dump-dom", page.as_uri() + "#selftest")
     assert body_data(dom)["errors"] == "0"
     assert "Every particle died" in dom
+
+
+def test_jupyter_table_keeps_newlines():
+    result = tokens_result(["a", "\n", "b", "<eos>"])
+    multiline = next(t for t in result.posterior if "\n" in t)
+    cells = re.findall(r"<td style='([^']*)'>([^<]*)</td>", result._repr_html_())
+    assert any(text == html.escape(multiline) and "pre-wrap" in style for style, text in cells)
 
 
 def test_jupyter_display_folds_the_viewer_in_only_with_a_record():
