@@ -8,7 +8,8 @@ another counts only in its own category. Categories:
 
 ``plan``        LM Python: trie walk, grouping, row layout, index upload (the LM's batch entry)
 ``mask``        attention (tree) mask building, per layer
-``forward``     the transformer body (``model.base_model.forward``)
+``forward``     the transformer body (``model.base_model.forward``) less the K/V pool
+``kv_pool``     K/V pool writes and gathers inside the forward (``KVPool.write`` / ``read``)
 ``head``        the LM head product (``model.get_output_embeddings()``)
 ``logsoftmax``  log-softmax of the head's logits
 ``extract``     row extraction: hidden rows to nodes, log-prob rows to requests
@@ -52,6 +53,7 @@ CATEGORIES = (
     "plan",
     "mask",
     "forward",
+    "kv_pool",
     "head",
     "logsoftmax",
     "extract",
@@ -71,6 +73,7 @@ TARGETS = [
     ("per-layer masks", "mask", "plan", True, ["method:_layer_masks", "global:layer_masks"]),
     ("log-softmax", "logsoftmax", "extract", True, ["method:_logprobs_from_hidden"]),
 ]
+POOL_METHODS = ("write", "read")  # of llamppl.lm.kv_pool.KVPool (optional: reported as 0 if gone)
 SYNC_NAMES = {"item", "tolist", "cpu", "numpy", "__int__", "__float__", "__bool__", "__index__"}
 
 
@@ -190,6 +193,15 @@ def install(lm, model_cls) -> list:
     for mod, category, phase in ((base, "forward", "extract"), (head, "head", None)):
         mod.forward = PROF.timed(mod.forward, category, phase)
         undo.append(lambda m=mod: delattr(m, "forward"))
+    try:
+        from llamppl.lm.kv_pool import KVPool
+    except ImportError:
+        print("profile_step.py: no llamppl.lm.kv_pool.KVPool; kv_pool stays inside forward")
+    else:
+        for name in POOL_METHODS:
+            original = vars(KVPool)[name]
+            setattr(KVPool, name, PROF.timed(original, "kv_pool"))
+            undo.append(lambda n=name, f=original: setattr(KVPool, n, f))
     patched = [
         m
         for name, m in list(sys.modules.items())
