@@ -26,6 +26,8 @@ engines in :mod:`llamppl.inference` (it calls them by name); nothing else import
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 import os
 import sys
 import time
@@ -176,6 +178,10 @@ class _Worker:
             torch.set_num_threads(threads)
         self.lm = lm_factory()
 
+    def ready(self) -> bool:
+        """Returns once the LM is built (actor methods run after ``__init__``)."""
+        return True
+
     def run(self, job: Job, index: int, fresh_cache: bool) -> JobResult:
         return run_job(job, self.lm, index, fresh_cache)
 
@@ -200,6 +206,7 @@ def run_many(
     threads: int | None = 1,
     fresh_cache: bool = True,
     progress: bool | None = None,
+    timeout: float | None = None,
 ) -> list[JobResult]:
     """Run ``jobs`` on Ray workers, each holding one LM from ``lm_factory()``; results in order.
 
@@ -221,12 +228,18 @@ def run_many(
         Clear the worker's LM cache before each job (results independent of scheduling).
     progress : bool | None
         tqdm bar over jobs; default on when stderr is a terminal.
+    timeout : float | None
+        Seconds one job may run, counted from when its worker has built its LM
+        (building the LM is not timed). A job still running then is reported failed
+        (``JobResult.error`` starts with ``TimeoutError``), its worker is killed and
+        replaced, and the other jobs go on. None (default): no limit.
 
     A local Ray cluster is started if none is running (``ray.init()``); call
     ``ray.init(address=...)`` first to use a cluster. A job that raises gets
     ``JobResult.error``; a worker that dies is replaced and its job reported failed.
     """
     jobs = _check_jobs(jobs)
+    timeout = _check_timeout(timeout)
     if not callable(lm_factory):
         raise TypeError(f"lm_factory must be callable, got {type(lm_factory).__name__}")
     if n_workers is not None and (not is_integer(n_workers) or n_workers < 1):
@@ -244,44 +257,96 @@ def run_many(
     n_workers = min(n_workers, len(jobs))
 
     actor_cls = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker)(_Worker)
-    spawn = lambda: actor_cls.remote(lm_factory, threads)  # noqa: E731
-    workers = [spawn() for _ in range(n_workers)]
+    workers: list[Any] = [None] * n_workers
     results: list[JobResult | None] = [None] * len(jobs)
     in_flight: dict[Any, tuple[int, int]] = {}  # object ref -> (job index, worker slot)
+    starting: dict[Any, int] = {}  # ref of a new worker's ready() -> slot (with a timeout only)
+    deadline: dict[Any, float] = {}  # job ref -> time.monotonic() it must finish by
     next_job = 0
     bar = _progress_bar(progress, len(jobs))
+
+    def start_worker(slot: int) -> None:
+        workers[slot] = actor_cls.remote(lm_factory, threads)
+        if timeout is not None:  # the job's clock starts once the LM is built
+            starting[workers[slot].ready.remote()] = slot
 
     def submit(slot: int) -> None:
         nonlocal next_job
         if next_job < len(jobs):
             ref = workers[slot].run.remote(jobs[next_job], next_job, fresh_cache)
             in_flight[ref] = (next_job, slot)
+            if timeout is not None and slot not in starting.values():
+                deadline[ref] = time.monotonic() + timeout
             next_job += 1
+
+    def fail(index: int, slot: int, error: str) -> None:
+        results[index] = JobResult(index=index, seed=jobs[index].seed, error=error)
+        ray.kill(workers[slot])
+        for ref in [r for r, s in starting.items() if s == slot]:
+            del starting[ref]
+        if next_job < len(jobs):  # a replacement only when jobs are left for it
+            start_worker(slot)
+
+    def tick() -> None:
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(failed=sum(r is not None and not r.ok for r in results))
 
     try:
         for slot in range(n_workers):
+            start_worker(slot)
             submit(slot)
         while in_flight:
-            (ref,), _ = ray.wait(list(in_flight), num_returns=1)
-            index, slot = in_flight.pop(ref)
-            try:
-                results[index] = ray.get(ref)
-            except Exception as exc:  # the worker died (or could not load its LM)
-                results[index] = JobResult(
-                    index=index, seed=jobs[index].seed, error=f"{type(exc).__name__}: {exc}"
+            wait_s = None
+            if deadline:
+                wait_s = max(0.0, min(deadline.values()) - time.monotonic())
+            done, _ = ray.wait(list(in_flight) + list(starting), num_returns=1, timeout=wait_s)
+            for ref in done:
+                if ref in starting:  # a new worker is ready (or failed to start: its job says so)
+                    slot = starting.pop(ref)
+                    for job_ref, (_, s) in in_flight.items():
+                        if s == slot:
+                            deadline[job_ref] = time.monotonic() + timeout
+                    continue
+                index, slot = in_flight.pop(ref)
+                deadline.pop(ref, None)
+                try:
+                    results[index] = ray.get(ref)
+                except Exception as exc:  # the worker died (or could not load its LM)
+                    fail(index, slot, f"{type(exc).__name__}: {exc}")
+                tick()
+                submit(slot)
+            now = time.monotonic()
+            for ref in [r for r, t in deadline.items() if t <= now]:
+                index, slot = in_flight.pop(ref)
+                del deadline[ref]
+                fail(
+                    index,
+                    slot,
+                    f"TimeoutError: job {index} did not finish within timeout={timeout:g} s; "
+                    "its worker was killed and replaced",
                 )
-                ray.kill(workers[slot])
-                workers[slot] = spawn()
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(failed=sum(r is not None and not r.ok for r in results))
-            submit(slot)
+                tick()
+                submit(slot)
     finally:
         if bar is not None:
             bar.close()
         for w in workers:
             ray.kill(w)
     return results  # type: ignore[return-value]
+
+
+def _check_timeout(timeout: float | None) -> float | None:
+    """``timeout`` as a positive finite float of seconds, or None."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ValueError(
+            f"timeout must be a positive finite number of seconds or None, got {timeout!r}"
+        )
+    return float(timeout)
 
 
 def _progress_bar(enabled: bool | None, total: int) -> Any:

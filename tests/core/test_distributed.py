@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 
 import pytest
 import torch
@@ -58,6 +59,16 @@ class NoLongWords(Model):
             self.finish()
 
 
+class Hangs(Model):
+    """A step that never returns (a stuck native call, a deadlock): only a timeout ends it."""
+
+    def __init__(self, lm, prompt: str) -> None:
+        super().__init__()
+
+    async def step(self) -> None:
+        threading.Event().wait()  # blocks the worker's event loop for good
+
+
 def embedded_lm():
     from llamppl import CachedCausalLM
 
@@ -102,6 +113,52 @@ def test_function_lm_jobs_equal_serial_and_failures_stay_per_job(ray_cluster):
     assert sum(not r.ok for r in got) == 3
 
 
+def call_within(seconds: float, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in a daemon thread; fails the test (instead of hanging it) after ``seconds``."""
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # re-raised in the test's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"{getattr(fn, '__name__', fn)} did not return within {seconds} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def test_a_hanging_job_times_out_and_the_others_are_returned(ray_cluster):
+    # One worker: job 1 hangs, is stopped 10 s after it starts, its worker is killed and a new
+    # one runs job 2; the finished jobs come back in order, equal to serial runs. Without the
+    # timeout run_many waits forever; the guard turns that into a failure. About 16 s on an idle
+    # machine: two worker starts of ~3 s and the timeout (10 s, as a first job in a fresh worker
+    # took over 2 s under load). Ray runs its workers niced: on a 2-core machine under load 20
+    # one worker start took over 2 min, hence the guard's 900 s.
+    ok = Job(AtMostOneB, ("a",), 0, options={"n_particles": 8})
+    hang = Job(Hangs, ("a",), 1, options={"n_particles": 2})
+    jobs = [ok, hang, Job(AtMostOneB, ("ab",), 2, options={"n_particles": 8})]
+    got = call_within(900, run_many, jobs, toy_lm, n_workers=1, timeout=10)
+    assert [r.index for r in got] == [0, 1, 2]
+    assert not got[1].ok and got[1].error.startswith("TimeoutError"), got[1].error
+    assert "job 1 did not finish within timeout=10 s" in got[1].error
+    assert got[0].worker != got[2].worker  # the hung worker was replaced
+    lm = toy_lm()
+    for i in (0, 2):
+        want = serial([jobs[i]], lm)[0]
+        assert got[i].ok, got[i].error
+        assert (got[i].particles, got[i].log_weights, got[i].log_ml) == (
+            want.particles,
+            want.log_weights,
+            want.log_ml,
+        )
+
+
 @pytest.mark.slow
 def test_embedded_model_jobs_equal_serial(ray_cluster, make_lm):
     jobs = jobs_grid(NoLongWords, ["The Fed says", "My cat"], seeds=[3], n_particles=4)
@@ -126,6 +183,10 @@ def test_bad_input_and_missing_ray(monkeypatch):
         run_many([Job(AtMostOneB, ("a",))], toy_lm, n_workers=0)
     with pytest.raises(TypeError, match="lm_factory must be callable"):
         run_many([Job(AtMostOneB, ("a",))], "smollm")
+    for bad, error in [("5", TypeError), (True, TypeError), (0, ValueError), (-1.0, ValueError),
+                       (float("nan"), ValueError), (float("inf"), ValueError)]:  # fmt: skip
+        with pytest.raises(error, match="timeout must be a .*number of seconds or None"):
+            run_many([Job(AtMostOneB, ("a",))], toy_lm, timeout=bad)
     assert run_many([], toy_lm) == []
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"llamppl\[ray\]"):
