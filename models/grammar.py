@@ -63,7 +63,7 @@ from typing import Any
 import torch
 
 from llamppl.context import LMContext
-from llamppl.decoding.grammar_compile import MAX_STRING_LENGTH
+from llamppl.decoding.grammar_compile import MAX_ARRAY_ITEMS, MAX_STRING_LENGTH
 from llamppl.decoding.grammar_engine import (
     Grammar,
     MatcherState,
@@ -131,8 +131,10 @@ class GrammarConstraint(Model):
         For ``json_schema``: no whitespace between JSON tokens (default), or JSON's
         free whitespace.
     max_string_length : int | None
-        For ``json_schema``: the string budget, characters per free string (default
+        For ``json_schema``: the size budget, characters per free string (default
         64, part of the target; :mod:`llamppl.decoding.grammar_compile`); None: unbounded.
+    max_array_items : int | None
+        For ``json_schema``: items per free array (default 8, same size budget).
 
     Attributes
     ----------
@@ -163,6 +165,7 @@ class GrammarConstraint(Model):
         max_tokens: int | None = 64,
         whitespace: str = "compact",
         max_string_length: int | None = MAX_STRING_LENGTH,
+        max_array_items: int | None = MAX_ARRAY_ITEMS,
     ) -> None:
         super().__init__()
         if proposal not in PROPOSALS:
@@ -174,6 +177,7 @@ class GrammarConstraint(Model):
             lark=lark,
             whitespace=whitespace,
             max_string_length=max_string_length,
+            max_array_items=max_array_items,
         )
         self.max_tokens = (
             None if max_tokens is None else check_positive_int("max_tokens", max_tokens)

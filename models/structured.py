@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from llamppl.decoding.grammar_compile import MAX_STRING_LENGTH
+from llamppl.decoding.grammar_compile import MAX_ARRAY_ITEMS, MAX_STRING_LENGTH
 from llamppl.decoding.json_check import normalize_schema
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng
@@ -118,6 +118,7 @@ def generate_json(
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
     whitespace: str = "compact",
     max_string_length: int | None = MAX_STRING_LENGTH,
+    max_array_items: int | None = MAX_ARRAY_ITEMS,
     chat: bool = False,
     ess_threshold: float = 0.5,
     resampling: str = "systematic",
@@ -149,6 +150,8 @@ def generate_json(
     max_string_length : int | None
         Characters per free string (no ``maxLength``/``pattern``/``format``/``enum``);
         part of the target, default 64; ``None``: unbounded (see the docs).
+    max_array_items : int | None
+        Items per free array (no ``maxItems``), the same size budget, default 8.
     chat : bool
         Build the prompt with the LM's chat template, JSONSchemaBench's instruction
         as system message and the schema in the user message (:func:`schema_prompt`).
@@ -174,6 +177,7 @@ def generate_json(
         max_tokens=max_tokens,
         whitespace=whitespace,
         max_string_length=max_string_length,
+        max_array_items=max_array_items,
     )
     result = run(
         smc_standard(

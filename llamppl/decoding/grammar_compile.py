@@ -14,13 +14,15 @@ JSON Schemas compile in two tiers (``Grammar.from_json_schema``):
    :class:`~llamppl.models.GrammarConstraint` applies at EOS, so the target stays the
    LM conditioned on validity.
 
-A **string budget** (``max_string_length``, default :data:`MAX_STRING_LENGTH`
-characters) is part of the grammar, not of the check: free strings (type ``string``
-without ``maxLength``, ``pattern``, ``format``, ``enum`` or ``const``) get a
-``maxLength`` in the schema given to llguidance only. The target becomes the LM
-conditioned on validity *and* on free strings of at most that length — a documented
-sub-language, sampled exactly — because a small LM inside a free string rarely
-closes it, and every particle then dies at the token budget
+A **size budget** is part of the grammar, not of the check: free strings (type
+``string`` without ``maxLength``, ``pattern``, ``format``, ``enum`` or ``const``) get
+``maxLength`` = ``max_string_length`` (default :data:`MAX_STRING_LENGTH` = 64) and
+free arrays (no ``maxItems``) get ``maxItems`` = ``max_array_items`` (default
+:data:`MAX_ARRAY_ITEMS` = 8), raised to ``minLength``/``minItems`` where larger, in the
+schema given to llguidance only. The target becomes the LM conditioned on validity
+*and* on that size budget — a documented sub-language, sampled exactly — because a
+small LM inside a free string or array rarely closes it, and every particle then
+dies at the token budget
 (``docs/programs/structured.md`` argues the choice). ``None`` turns it off.
 
 Only what even the relaxed compiler refuses raises ``ValueError``, naming the keyword
@@ -41,7 +43,15 @@ from typing import Any
 
 from .json_check import SchemaCheck, normalize_schema
 
-__all__ = ["Grammar", "require_llguidance", "json_grammar", "WHITESPACE", "MAX_STRING_LENGTH"]
+__all__ = [
+    "Grammar",
+    "require_llguidance",
+    "json_grammar",
+    "cap_sizes",
+    "WHITESPACE",
+    "MAX_STRING_LENGTH",
+    "MAX_ARRAY_ITEMS",
+]
 
 _INSTALL_HINT = "grammar constraints need the llguidance package: pip install 'llamppl[grammar]'"
 WHITESPACE = ("compact", "flexible")
@@ -49,7 +59,9 @@ _RELAX = {"coerce_one_of": True, "lenient": True}
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 256
 MAX_STRING_LENGTH = 64
+MAX_ARRAY_ITEMS = 8
 _STRING_FIXED = ("maxLength", "pattern", "format", "enum", "const")
+_ARRAY_FIXED = ("maxItems", "enum", "const", "prefixItems")
 
 
 def require_llguidance():
@@ -111,10 +123,15 @@ class Grammar:
         whitespace: str = "compact",
         relax: bool = True,
         max_string_length: int | None = MAX_STRING_LENGTH,
+        max_array_items: int | None = MAX_ARRAY_ITEMS,
     ) -> Grammar:
         """JSON Schema given as a dict, a JSON string, or a pydantic model class (cached)."""
         return json_grammar(
-            schema, whitespace=whitespace, relax=relax, max_string_length=max_string_length
+            schema,
+            whitespace=whitespace,
+            relax=relax,
+            max_string_length=max_string_length,
+            max_array_items=max_array_items,
         )
 
     @classmethod
@@ -150,19 +167,32 @@ def _compile(schema: dict, options: dict) -> tuple[str | None, str | None]:
     return (None, error) if error else (spec, None)
 
 
-def cap_strings(node: Any, limit: int) -> Any:
-    """A copy of a schema whose free string schemas get ``maxLength = max(limit, minLength)``."""
+def _has_type(node: dict, name: str) -> bool:
+    kind = node.get("type")
+    return kind == name or (isinstance(kind, list) and name in kind)
+
+
+def cap_sizes(node: Any, max_length: int | None, max_items: int | None) -> Any:
+    """A copy of a schema with the size budget: free strings get ``maxLength =
+    max(max_length, minLength)``, free arrays ``maxItems = max(max_items, minItems)``."""
     if isinstance(node, list):
-        return [cap_strings(v, limit) for v in node]
+        return [cap_sizes(v, max_length, max_items) for v in node]
     if not isinstance(node, dict):
         return node
-    out = {k: cap_strings(v, limit) for k, v in node.items()}
-    kind = node.get("type")
-    is_string = kind == "string" or (isinstance(kind, list) and "string" in kind)
-    if is_string and not any(k in node for k in _STRING_FIXED):
-        low = node.get("minLength", 0)
-        out["maxLength"] = max(limit, low if isinstance(low, int) else 0)
+    out = {k: cap_sizes(v, max_length, max_items) for k, v in node.items()}
+    for limit, name, low_key, fixed, high_key in (
+        (max_length, "string", "minLength", _STRING_FIXED, "maxLength"),
+        (max_items, "array", "minItems", _ARRAY_FIXED, "maxItems"),
+    ):
+        if limit is not None and _has_type(node, name) and not any(k in node for k in fixed):
+            low = node.get(low_key, 0)
+            out[high_key] = max(limit, low if isinstance(low, int) else 0)
     return out
+
+
+def _check_budget(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
 
 
 def json_grammar(
@@ -171,6 +201,7 @@ def json_grammar(
     whitespace: str = "compact",
     relax: bool = True,
     max_string_length: int | None = MAX_STRING_LENGTH,
+    max_array_items: int | None = MAX_ARRAY_ITEMS,
 ) -> Grammar:
     """The (cached) :class:`Grammar` of a JSON Schema: exact tier, else relaxed tier.
 
@@ -183,29 +214,29 @@ def json_grammar(
         spend its budget on indentation). ``"flexible"``: JSON whitespace allowed.
     relax : bool
         Fall back to the relaxed tier (module docstring) when the exact one fails.
-    max_string_length : int | None
-        The string budget (module docstring); ``None``: free strings are unbounded.
+    max_string_length, max_array_items : int | None
+        The size budget (module docstring); ``None``: unbounded.
     """
     if whitespace not in WHITESPACE:
         raise ValueError(f"whitespace must be one of {WHITESPACE}, got {whitespace!r}")
     if not isinstance(relax, bool):
         raise TypeError(f"relax must be a bool, got {type(relax).__name__}")
-    if max_string_length is not None and (
-        isinstance(max_string_length, bool)
-        or not isinstance(max_string_length, int)
-        or max_string_length < 1
-    ):
-        raise ValueError(
-            f"max_string_length must be a positive integer or None, got {max_string_length!r}"
-        )
+    _check_budget("max_string_length", max_string_length)
+    _check_budget("max_array_items", max_array_items)
     schema = normalize_schema(schema)
-    key = (json.dumps(schema, sort_keys=True, default=str), whitespace, relax, max_string_length)
+    key = (
+        json.dumps(schema, sort_keys=True, default=str),
+        whitespace,
+        relax,
+        max_string_length,
+        max_array_items,
+    )
     grammar = _CACHE.get(key)
     if grammar is not None:
         _CACHE.move_to_end(key)
         return grammar
     options = {"whitespace_flexible": whitespace == "flexible"}
-    engine_schema = schema if max_string_length is None else cap_strings(schema, max_string_length)
+    engine_schema = cap_sizes(schema, max_string_length, max_array_items)
     spec, error = _compile(engine_schema, options)
     reasons: tuple[str, ...] = ()
     if spec is None and relax:

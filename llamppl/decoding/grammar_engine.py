@@ -46,7 +46,7 @@ import torch
 
 from llamppl.lm.base import LanguageModel
 
-from .grammar_compile import MAX_STRING_LENGTH, Grammar, require_llguidance
+from .grammar_compile import MAX_ARRAY_ITEMS, MAX_STRING_LENGTH, Grammar, require_llguidance
 
 __all__ = [
     "Grammar",
@@ -361,6 +361,7 @@ def make_grammar(
     lark: str | None = None,
     whitespace: str = "compact",
     max_string_length: int | None = MAX_STRING_LENGTH,
+    max_array_items: int | None = MAX_ARRAY_ITEMS,
 ) -> Grammar:
     """A :class:`Grammar` from exactly one of ``grammar``, ``json_schema``, ``regex``, ``lark``.
 
@@ -392,7 +393,10 @@ def make_grammar(
         return value
     if kind == "json_schema":
         return Grammar.from_json_schema(
-            value, whitespace=whitespace, max_string_length=max_string_length
+            value,
+            whitespace=whitespace,
+            max_string_length=max_string_length,
+            max_array_items=max_array_items,
         )
     return {
         "regex": Grammar.from_regex,

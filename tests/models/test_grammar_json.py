@@ -15,7 +15,7 @@ jsonschema = pytest.importorskip("jsonschema")
 
 from llamppl import FunctionLM, run  # noqa: E402
 from llamppl.decoding import grammar_engine  # noqa: E402
-from llamppl.decoding.grammar_compile import Grammar, json_grammar  # noqa: E402
+from llamppl.decoding.grammar_compile import Grammar, cap_sizes, json_grammar  # noqa: E402
 from llamppl.decoding.grammar_engine import MatcherState, allowed_masks  # noqa: E402
 from llamppl.inference import enumerate_exact  # noqa: E402
 from llamppl.models import GrammarConstraint, generate_json  # noqa: E402
@@ -135,6 +135,27 @@ def test_string_budget_is_part_of_the_target(limit):
         _lm(STRING), [], json_schema={"type": "string"}, max_tokens=5, max_string_length=None
     )
     assert max(len(t) for t in run(enumerate_exact(unbounded)).posterior) > limit + 2
+
+
+def test_size_budget_caps_only_free_strings_and_arrays():
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "few": {"type": "array", "minItems": 20},
+            "code": {"type": "string", "pattern": "^[a-z]+$"},
+            "long": {"type": "string", "minLength": 100},
+        },
+    }
+    capped = cap_sizes(schema, 64, 8)["properties"]
+    assert capped["tags"] == {
+        "type": "array",
+        "items": {"type": "string", "maxLength": 64},
+        "maxItems": 8,
+    }
+    assert capped["few"]["maxItems"] == 20 and capped["long"]["maxLength"] == 100
+    assert capped["code"] == schema["properties"]["code"]
+    assert cap_sizes(schema, None, None) == schema
 
 
 def test_compact_whitespace_is_the_default():
