@@ -4,10 +4,8 @@ With :mod:`~llamppl.decoding.grammar_compile` these are the only modules that im
 ``llguidance`` (an optional dependency, ``pip install 'llamppl[grammar]'``; imported
 lazily). It offers:
 
-- :class:`Grammar` (from :mod:`~llamppl.decoding.grammar_compile`) — a compiled
-  llguidance grammar from a JSON Schema (exact or relaxed tier, compact whitespace by
-  default), a regular expression or a Lark grammar, validated up front (``ValueError``
-  quoting the engine's message);
+- :class:`Grammar` (:mod:`~llamppl.decoding.grammar_compile`) — a compiled grammar from
+  a JSON Schema, a regex or a Lark grammar (``ValueError`` quoting the engine);
 - :func:`ll_tokenizer` — the llguidance tokenizer of an LM, built once per LM: from
   the HF fast tokenizer of a :class:`~llamppl.CachedCausalLM`
   (``llguidance.hf.from_tokenizer``) or, for :class:`~llamppl.FunctionLM` and other
@@ -139,9 +137,8 @@ class MatcherState:
     """One particle's grammar matcher over the tokens generated so far.
 
     ``copy.deepcopy`` (hence ``Model.clone``) copies the matcher with
-    ``LLMatcher.deep_copy()``; the LM and the grammar are shared. ``engine_error``
-    is llguidance's message when the engine itself failed (a resource limit such as
-    "Too many items"), as opposed to the grammar forbidding a token.
+    ``LLMatcher.deep_copy()``; the LM and the grammar are shared. ``engine_error`` is
+    llguidance's message when the engine failed (a limit: "Too many items").
     """
 
     def __init__(self, lm: LanguageModel, grammar: Grammar) -> None:
