@@ -1,8 +1,7 @@
 """Adapter over the ``llguidance`` grammar engine: grammars, tokenizers, matchers, batched masks.
 
-With :mod:`~llamppl.decoding.grammar_compile` these are the only modules that import
-``llguidance`` (an optional dependency, ``pip install 'llamppl[grammar]'``; imported
-lazily). It offers:
+With ``grammar_compile``, the only modules importing ``llguidance`` (optional:
+``pip install 'llamppl[grammar]'``; imported lazily). It offers:
 
 - :class:`Grammar` (:mod:`~llamppl.decoding.grammar_compile`) — a compiled grammar from
   a JSON Schema, a regex or a Lark grammar (``ValueError`` quoting the engine);
