@@ -22,7 +22,15 @@ formulations of the LLaMPPL paper (§2.2, as in
     G'_t             = Σ_w p(w | x s_{t-1}) 1_C(s_{t-1} w)
 
 Both give the same posterior and the same Z (M'_t G'_t = M_t G_t token by
-token). The mask 1_C(s w) over the whole vocabulary comes from llguidance; EOS is
+token). For a JSON Schema a final potential multiplies in at EOS::
+
+    G_final = 1_valid(y)   (full ``jsonschema`` validation, the schema's own draft)
+
+so when llguidance only compiles a *relaxed* grammar (``oneOf`` read as ``anyOf``,
+unknown keywords and formats ignored; :mod:`llamppl.decoding.grammar_compile`), whose
+language L' is a superset of the valid texts, the target is still
+P(y) ∝ p(y EOS | x) 1_{L'}(y) 1_valid(y) — the LM conditioned on validity (within the
+engine's canonical serialization: compact by default, properties in schema order). The mask 1_C(s w) over the whole vocabulary comes from llguidance; EOS is
 allowed exactly when the matcher accepts. The masks of all particles in a step
 are computed and applied together by
 :class:`~llamppl.decoding.grammar_engine.MaskBatcher` (one llguidance call, one
@@ -46,6 +54,7 @@ with enough particles, gives the exact conditional::
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from collections.abc import Sequence
@@ -54,6 +63,7 @@ from typing import Any
 import torch
 
 from llamppl.context import LMContext
+from llamppl.decoding.grammar_compile import MAX_ARRAY_ITEMS, MAX_STRING_LENGTH
 from llamppl.decoding.grammar_engine import (
     Grammar,
     MatcherState,
@@ -71,6 +81,30 @@ from llamppl.validation import check_positive_int
 __all__ = ["GrammarConstraint", "MaskedNextToken"]
 
 PROPOSALS = ("mask", "sample")
+_WARNED: set[str] = set()
+
+
+def _probe_engine_limits(state: MatcherState, first: torch.Tensor, eos: int) -> None:
+    """Refuse a grammar the engine cannot run past its first token (``ValueError`` naming the cause).
+
+    On a copy of the matcher, the lowest-id allowed token is consumed; llguidance's
+    resource limits ("Too many items": a grammar with no finite string such as
+    ``a: "x" a``, or a schema with thousands of optional properties) show up there.
+    """
+    allowed = first.clone()
+    allowed[eos] = False
+    ids = torch.nonzero(allowed).flatten()
+    if ids.numel() == 0:
+        return
+    probe = copy.deepcopy(state)
+    probe.consume(int(ids[0]))
+    if probe.engine_error:
+        raise ValueError(
+            f"the {state.grammar.kind} exceeds the grammar engine's limits at its first token "
+            f"(llguidance says: {probe.engine_error.splitlines()[0]}); typical causes are a "
+            'grammar with no finite string (only recursive rules, e.g. a: "x" a) or a '
+            "schema too large for the engine (e.g. thousands of optional properties)"
+        )
 
 
 class GrammarConstraint(Model):
@@ -93,12 +127,29 @@ class GrammarConstraint(Model):
         Feynman–Kac formulation (module docstring); same posterior, same Z.
     max_tokens : int | None
         Token budget, EOS included; a particle without EOS by then gets weight zero.
+    whitespace : {"compact", "flexible"}
+        For ``json_schema``: no whitespace between JSON tokens (default), or JSON's
+        free whitespace.
+    max_string_length : int | None
+        For ``json_schema``: the size budget, characters per free string (default
+        64, part of the target; :mod:`llamppl.decoding.grammar_compile`); None: unbounded.
+    max_array_items : int | None
+        For ``json_schema``: items per free array (default 8, same size budget).
 
     Attributes
     ----------
     context : LMContext
     matcher : MatcherState
         The particle's grammar state (cloned with the particle).
+    failure : str | None
+        Why the particle got weight zero: ``"budget"``, ``"schema check: ..."``,
+        ``"grammar engine: ..."``, ``"dead end: ..."`` (None while alive).
+
+    Raises
+    ------
+    ValueError
+        For a grammar llguidance cannot compile (even relaxed, for JSON Schemas), or
+        one that exceeds its limits at the first token (``_probe_engine_limits``).
     """
 
     def __init__(
@@ -112,24 +163,39 @@ class GrammarConstraint(Model):
         lark: str | None = None,
         proposal: str = "mask",
         max_tokens: int | None = 64,
+        whitespace: str = "compact",
+        max_string_length: int | None = MAX_STRING_LENGTH,
+        max_array_items: int | None = MAX_ARRAY_ITEMS,
     ) -> None:
         super().__init__()
         if proposal not in PROPOSALS:
             raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
-        self.grammar = make_grammar(grammar, json_schema=json_schema, regex=regex, lark=lark)
+        self.grammar = make_grammar(
+            grammar,
+            json_schema=json_schema,
+            regex=regex,
+            lark=lark,
+            whitespace=whitespace,
+            max_string_length=max_string_length,
+            max_array_items=max_array_items,
+        )
         self.max_tokens = (
             None if max_tokens is None else check_positive_int("max_tokens", max_tokens)
         )
         self.proposal = proposal
         self.context = LMContext(lm, prompt)
         self.matcher = MatcherState(lm, self.grammar)
+        self.failure: str | None = None
         self._batcher = mask_batcher(lm)
-        if not bool(allowed_masks(lm, [self.matcher]).any()):
+        first = allowed_masks(lm, [self.matcher])[0]  # (V,) bool
+        if not bool(first.any()):
             warnings.warn(
                 f"the {self.grammar.kind} admits no token of this LM's vocabulary as a first token: "
                 "every particle will have weight zero (log_ml = -inf)",
                 stacklevel=2,
             )
+        else:
+            _probe_engine_limits(self.matcher, first, lm.eos_token_id)
 
     async def step(self) -> None:
         ctx = self.context
@@ -139,21 +205,53 @@ class GrammarConstraint(Model):
             log_probs = await ctx.next_token_logprobs()  # (V,), coalesced across particles
             # batched over the step's particles: q = p · 1_C(s w) (EOS iff accepting), G'_t = Σ q
             q, log_mass = await self._batcher.apply(self.matcher, log_probs, final=last)
+            if log_mass == -math.inf:  # no allowed token: budget reached unfinished, or dead end
+                self._die("budget" if last else "dead end: the grammar allows no token here")
+                return
             self.score(log_mass)  # G'_t = allowed mass
             token = await self.sample(MaskedNextToken(ctx, q, log_mass))  # M'_t = q / G'_t
             if token == lm.eos_token_id:
-                self.finish()
+                self._end()
             elif not self.matcher.consume(int(token)):
-                raise RuntimeError(
-                    f"llguidance rejected token {int(token)} it allowed: {self.matcher.matcher.get_error()}"
-                )
+                self._die_in_engine(int(token))
             return
         token = await self.sample(ctx.next_token())  # M_t = p
         if token == lm.eos_token_id:
-            self.condition(self.matcher.accepting)  # G_t = 1_L(s)
-            self.finish()
-            return
-        self.condition(not last and self.matcher.consume(int(token)))  # G_t = 1_C(s w)
+            if not self.matcher.accepting:  # G_t = 1_L(s)
+                self._die("EOS before the grammar accepts")
+            else:
+                self._end()
+        elif last:
+            self._die("budget")
+        elif not self.matcher.consume(int(token)):  # G_t = 1_C(s w)
+            if self.matcher.engine_error:
+                self._die_in_engine(int(token))
+            else:
+                self._die("token outside the grammar")
+
+    def _end(self) -> None:
+        """EOS after an accepted text: the final potential 1_valid(y) for JSON Schemas."""
+        check = self.grammar.check
+        if check is not None and not check(self.text):
+            self._die(f"schema check: {check.last_error}")
+        self.finish()
+
+    def _die(self, cause: str) -> None:
+        self.failure = cause
+        self.condition(False)
+
+    def _die_in_engine(self, token_id: int) -> None:
+        error = self.matcher.engine_error or "the engine rejected a token it allowed"
+        cause = f"grammar engine: {error.splitlines()[0]}"
+        if cause not in _WARNED:
+            _WARNED.add(cause)
+            warnings.warn(
+                f"llguidance failed after token {token_id} ({cause}); the particle gets weight "
+                "zero. A grammar with no finite string or a very large schema does this.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self._die(cause)
 
     @property
     def text(self) -> str:

@@ -17,12 +17,16 @@ estimate (in Ẑ) of P(the LM's output is valid JSON for the schema)::
 from __future__ import annotations
 
 import json
+import warnings
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from llamppl.decoding.grammar_compile import MAX_ARRAY_ITEMS, MAX_STRING_LENGTH
+from llamppl.decoding.json_check import normalize_schema
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng
 from llamppl.runner import run
@@ -30,7 +34,11 @@ from llamppl.validation import check_positive_int
 
 from .grammar import GrammarConstraint
 
-__all__ = ["generate_json", "StructuredResult"]
+__all__ = ["generate_json", "StructuredResult", "schema_prompt", "SCHEMA_INSTRUCTION"]
+
+DEFAULT_MAX_TOKENS = 256
+SCHEMA_INSTRUCTION = "You need to generate a JSON object that matches the schema below."
+"""JSONSchemaBench's zero-shot system message (Geng et al., 2025), used by ``chat=True``."""
 
 
 @dataclass
@@ -48,12 +56,16 @@ class StructuredResult:
         log Ẑ, the log estimate of P(valid output); ``-inf`` if no particle succeeded.
     result : SMCResult
         The underlying inference result (particles, weights, history, stats).
+    failures : dict[str, int]
+        Why the final particles with weight zero died (``GrammarConstraint.failure``:
+        ``"budget"``, ``"schema check: ..."``, ...), with counts.
     """
 
     objects: list[tuple[Any, float]]
     texts: list[tuple[str, float]]
     log_ml: float
     result: Any
+    failures: dict[str, int] = field(default_factory=dict)
 
     def sample(self, rng: np.random.Generator | int | None = None) -> Any:
         """One object drawn from the posterior."""
@@ -75,6 +87,26 @@ def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True)
 
 
+def schema_prompt(lm: LanguageModel, request: str, schema: Any) -> str:
+    """The chat-template prompt JSONSchemaBench uses: system instruction, schema in the message.
+
+    The user message is ``request`` (if any) followed by the schema as JSON; the
+    assistant turn is opened (``add_generation_prompt=True``).
+    """
+    if not isinstance(request, str):
+        raise TypeError(f"prompt must be a str when chat=True, got {type(request).__name__}")
+    tokenizer = getattr(lm, "tokenizer", None)
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise ValueError("chat=True needs an LM whose tokenizer has a chat template")
+    schema_text = json.dumps(normalize_schema(schema))
+    content = f"{request}\n{schema_text}" if request else schema_text
+    messages = [
+        {"role": "system", "content": SCHEMA_INSTRUCTION},
+        {"role": "user", "content": content},
+    ]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
 def generate_json(
     lm: LanguageModel,
     prompt: str | Sequence[int],
@@ -83,17 +115,26 @@ def generate_json(
     seed: int | np.random.Generator | None = None,
     *,
     proposal: str = "mask",
-    max_tokens: int | None = 128,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    whitespace: str = "compact",
+    max_string_length: int | None = MAX_STRING_LENGTH,
+    max_array_items: int | None = MAX_ARRAY_ITEMS,
+    chat: bool = False,
     ess_threshold: float = 0.5,
     resampling: str = "systematic",
 ) -> StructuredResult:
     """Sample JSON matching ``schema`` from ``lm``'s conditional distribution given validity.
 
+    Target: P(y) ∝ p(y EOS | x) 1_valid(y) over the engine's serializations of JSON
+    (compact by default), estimated by SMC on :class:`GrammarConstraint`; every
+    returned object passed the full ``jsonschema`` check (its final potential).
+
     Parameters
     ----------
     lm : LanguageModel
     prompt : str | Sequence[int]
-        The text (or token ids) the JSON continues; apply a chat template yourself if wanted.
+        The text (or token ids) the JSON continues; with ``chat=True``, the request
+        put before the schema in the user message (may be ``""``).
     schema : dict | str | type
         JSON Schema (dict or JSON string) or a pydantic model class.
     n_particles : int
@@ -102,7 +143,18 @@ def generate_json(
     proposal : {"mask", "sample"}
         See :class:`GrammarConstraint`; ``"mask"`` is the efficient one.
     max_tokens : int | None
-        Token budget of the JSON text, EOS included.
+        Token budget of the JSON text, EOS included (default 256).
+    whitespace : {"compact", "flexible"}
+        ``"compact"`` (default): no whitespace between JSON tokens; ``"flexible"``:
+        JSON's free whitespace (more texts, longer outputs).
+    max_string_length : int | None
+        Characters per free string (no ``maxLength``/``pattern``/``format``/``enum``);
+        part of the target, default 64; ``None``: unbounded (see the docs).
+    max_array_items : int | None
+        Items per free array (no ``maxItems``), the same size budget, default 8.
+    chat : bool
+        Build the prompt with the LM's chat template, JSONSchemaBench's instruction
+        as system message and the schema in the user message (:func:`schema_prompt`).
     ess_threshold, resampling
         Passed to :func:`~llamppl.inference.smc_standard`.
 
@@ -113,14 +165,32 @@ def generate_json(
     from llamppl.inference import smc_standard
 
     check_positive_int("n_particles", n_particles)
+    if not isinstance(chat, bool):
+        raise TypeError(f"chat must be a bool, got {type(chat).__name__}")
+    if chat:
+        prompt = schema_prompt(lm, prompt, schema)
     model = GrammarConstraint(
-        lm, prompt, json_schema=schema, proposal=proposal, max_tokens=max_tokens
+        lm,
+        prompt,
+        json_schema=schema,
+        proposal=proposal,
+        max_tokens=max_tokens,
+        whitespace=whitespace,
+        max_string_length=max_string_length,
+        max_array_items=max_array_items,
     )
     result = run(
         smc_standard(
             model, n_particles, ess_threshold=ess_threshold, resampling=resampling, seed=seed
         )
     )
+    failures = dict(Counter(p.failure for p in result.particles if p.failure is not None))
+    if result.log_ml == -float("inf"):
+        warnings.warn(
+            f"generate_json: no particle produced a valid object; causes: {failures}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     parse = _parser(schema)
     texts = list(result.posterior.items())
     merged: dict[str, list] = {}  # texts differing only in whitespace give one object
@@ -129,4 +199,6 @@ def generate_json(
         entry = merged.setdefault(_canonical(obj), [obj, 0.0])
         entry[1] += w
     objects = sorted(((o, w) for o, w in merged.values()), key=lambda ow: -ow[1])
-    return StructuredResult(objects=objects, texts=texts, log_ml=result.log_ml, result=result)
+    return StructuredResult(
+        objects=objects, texts=texts, log_ml=result.log_ml, result=result, failures=failures
+    )

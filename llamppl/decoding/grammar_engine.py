@@ -1,20 +1,21 @@
 """Adapter over the ``llguidance`` grammar engine: grammars, tokenizers, matchers, batched masks.
 
-This is the only module that imports ``llguidance`` (an optional dependency,
+With ``grammar_compile``, the only modules importing ``llguidance`` (optional:
 ``pip install 'llamppl[grammar]'``; imported lazily). It offers:
 
-- :class:`Grammar` — a compiled llguidance grammar from a JSON Schema, a regular
-  expression or a Lark grammar, validated up front (``ValueError`` quoting the
-  engine's message);
+- :class:`Grammar` (:mod:`~llamppl.decoding.grammar_compile`) — a compiled grammar from
+  a JSON Schema, a regex or a Lark grammar (``ValueError`` quoting the engine);
 - :func:`ll_tokenizer` — the llguidance tokenizer of an LM, built once per LM: from
   the HF fast tokenizer of a :class:`~llamppl.CachedCausalLM`
   (``llguidance.hf.from_tokenizer``) or, for :class:`~llamppl.FunctionLM` and other
   small LMs, from the list of token byte strings;
 - :class:`MatcherState` — one particle's matcher (``llguidance.LLMatcher``), cloned
-  with ``deep_copy()`` when the particle is cloned (``copy.deepcopy``);
-- :func:`allowed_masks` — the masks of many matchers at once: one llguidance call
-  fills a ``(B, ⌈V/32⌉)`` int32 bitmask, one tensor operation on the LM's device
-  unpacks it to ``(B, V)``, with EOS allowed exactly when a matcher accepts;
+  with ``deep_copy()`` when the particle is cloned (``copy.deepcopy``); the first
+  matcher of a grammar is built once per (grammar, LM) and copied after that;
+- :func:`allowed_masks` — the masks of many matchers at once: particles in the same
+  matcher state (clones after resampling) share one row; one llguidance call fills a
+  ``(U, ⌈V/32⌉)`` int32 bitmask for the U distinct states, one tensor operation on the
+  LM's device unpacks it, with EOS allowed exactly when a matcher accepts;
 - :func:`apply_masks` — masks applied to a ``(B, V)`` batch of next-token
   log-probabilities with one multiplication: masked probabilities and allowed masses;
 - :class:`MaskBatcher` — coalesces the concurrent mask requests of all particles
@@ -33,7 +34,6 @@ this CPU (``benchmarks/bench_structured.py`` measures the share of an SMC step):
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -41,7 +41,9 @@ import torch
 
 from llamppl.batching import Coalescer
 from llamppl.lm.base import LanguageModel
-from llamppl.lm.memo import PerLM
+from llamppl.lm.memo import LRU, PerLM
+
+from .grammar_compile import MAX_ARRAY_ITEMS, MAX_STRING_LENGTH, Grammar, require_llguidance
 
 __all__ = [
     "Grammar",
@@ -53,83 +55,6 @@ __all__ = [
     "make_grammar",
     "mask_batcher",
 ]
-
-_INSTALL_HINT = "grammar constraints need the llguidance package: pip install 'llamppl[grammar]'"
-
-
-def require_llguidance():
-    """Import ``llguidance`` or raise an ImportError saying what to install."""
-    try:
-        import llguidance
-        import llguidance.torch  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError(_INSTALL_HINT) from exc
-    return llguidance
-
-
-class Grammar:
-    """A grammar compiled for llguidance, validated at construction.
-
-    Build with :meth:`from_json_schema`, :meth:`from_regex` or :meth:`from_lark`.
-
-    Attributes
-    ----------
-    kind : str
-        ``"json_schema"``, ``"regex"`` or ``"lark"`` (the argument it came from).
-    source : Any
-        The user's schema / pattern / grammar text.
-    spec : str
-        The llguidance grammar string given to ``LLMatcher``.
-    """
-
-    def __init__(self, kind: str, source: Any, spec: str) -> None:
-        llg = require_llguidance()
-        message = llg.LLMatcher.validate_grammar(spec)
-        if message and not message.startswith("WARNING"):
-            raise ValueError(f"invalid {kind}: llguidance says: {message.strip()}")
-        self.kind, self.source, self.spec = kind, source, spec
-
-    @classmethod
-    def from_json_schema(cls, schema: Any) -> Grammar:
-        """JSON Schema given as a dict, a JSON string, or a pydantic model class."""
-        llg = require_llguidance()
-        if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
-            schema = schema.model_json_schema()  # pydantic v2 model class
-        if isinstance(schema, str):
-            try:
-                schema = json.loads(schema)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"json_schema is not valid JSON: {exc}") from None
-        if not isinstance(schema, dict):
-            raise TypeError(
-                "json_schema must be a dict, a JSON string or a pydantic model class, "
-                f"got {type(schema).__name__}"
-            )
-        try:
-            spec = llg.LLMatcher.grammar_from_json_schema(schema)
-        except ValueError as exc:
-            raise ValueError(f"invalid json_schema: llguidance says: {exc}") from None
-        return cls("json_schema", schema, spec)
-
-    @classmethod
-    def from_regex(cls, regex: str) -> Grammar:
-        """A regular expression the whole generated text must match."""
-        if not isinstance(regex, str):
-            raise TypeError(f"regex must be a str, got {type(regex).__name__}")
-        return cls("regex", regex, require_llguidance().LLMatcher.grammar_from_regex(regex))
-
-    @classmethod
-    def from_lark(cls, lark: str) -> Grammar:
-        """A Lark grammar (llguidance dialect; the start rule is ``start``)."""
-        if not isinstance(lark, str):
-            raise TypeError(f"lark must be a str, got {type(lark).__name__}")
-        return cls("lark", lark, require_llguidance().LLMatcher.grammar_from_lark(lark))
-
-    def __deepcopy__(self, memo) -> Grammar:
-        return self  # immutable: particles share it
-
-    def __repr__(self) -> str:
-        return f"Grammar({self.kind}={self.source!r})"
 
 
 class _VocabTokenizer:
@@ -185,22 +110,37 @@ def ll_tokenizer(lm: LanguageModel):
     return _TOKENIZERS(lm)
 
 
+_TEMPLATES = PerLM(lambda lm: LRU(64))  # per LM: grammar spec -> fresh LLMatcher
+
+
+def _template(lm: LanguageModel, grammar: Grammar):
+    """The fresh ``LLMatcher`` of ``grammar`` for ``lm``, built once (lexer build) and kept."""
+    per_lm = _TEMPLATES(lm)
+    matcher = per_lm.get(grammar.spec)
+    if matcher is None:
+        llg = require_llguidance()
+        matcher = llg.LLMatcher(ll_tokenizer(lm), grammar.spec, log_level=0)
+        if matcher.is_error():
+            raise ValueError(
+                f"invalid {grammar.kind}: llguidance says: {matcher.get_error().strip()}"
+            )
+        per_lm.put(grammar.spec, matcher)
+    return matcher
+
+
 class MatcherState:
     """One particle's grammar matcher over the tokens generated so far.
 
     ``copy.deepcopy`` (hence ``Model.clone``) copies the matcher with
-    ``LLMatcher.deep_copy()``; the LM and the grammar are shared.
+    ``LLMatcher.deep_copy()``; the LM and the grammar are shared. ``engine_error`` is
+    llguidance's message when the engine failed (a limit: "Too many items").
     """
 
     def __init__(self, lm: LanguageModel, grammar: Grammar) -> None:
-        llg = require_llguidance()
         self.lm, self.grammar = lm, grammar
-        self.matcher = llg.LLMatcher(ll_tokenizer(lm), grammar.spec, log_level=0)
-        if self.matcher.is_error():
-            raise ValueError(
-                f"invalid {grammar.kind}: llguidance says: {self.matcher.get_error().strip()}"
-            )
+        self.matcher = _template(lm, grammar).deep_copy()
         self.consumed: list[int] = []
+        self.engine_error: str | None = None
 
     @property
     def accepting(self) -> bool:
@@ -211,7 +151,10 @@ class MatcherState:
         """Advance by a non-EOS token; False (and the state is dead) if the grammar forbids it."""
         ok = self.matcher.consume_token(int(token_id))
         self.consumed.append(int(token_id))
-        return bool(ok) and not self.matcher.is_error()
+        if self.matcher.is_error():
+            self.engine_error = self.matcher.get_error().strip()
+            return False
+        return bool(ok)
 
     def state_key(self) -> tuple:
         return (self.grammar.spec, tuple(self.consumed))
@@ -221,6 +164,7 @@ class MatcherState:
         new.lm, new.grammar = self.lm, self.grammar
         new.matcher = self.matcher.deep_copy()
         new.consumed = list(self.consumed)
+        new.engine_error = self.engine_error
         return new
 
 
@@ -229,25 +173,35 @@ def allowed_masks(
 ) -> torch.Tensor:
     """``(B, V)`` masks of the tokens each matcher allows next, on ``lm.device``.
 
-    One llguidance call fills the ``(B, ⌈V/32⌉)`` int32 bitmask (bit ``i % 32`` of
-    word ``i // 32`` is token i); one transfer and one unpack give the masks (bool,
-    or 0/1 in a float ``dtype``); the EOS column is then set to ``accepting`` for
-    every row (EOS allowed exactly when the matcher accepts).
+    States with the same grammar and tokens (clones after resampling) share a row:
+    one llguidance call (``fill_next_token_bitmask_par``, all distinct matchers at
+    once) fills the ``(U, ⌈V/32⌉)`` int32 bitmask of the U distinct states (bit
+    ``i % 32`` of word ``i // 32`` is token i); one transfer and one unpack give the
+    masks (bool, or 0/1 in a float ``dtype``), gathered back to ``(B, V)`` when
+    ``U < B``; the EOS column is then set to ``accepting`` for every row (EOS
+    allowed exactly when the matcher accepts).
     """
     import llguidance.torch as llt
 
     V = lm.vocab_size
-    bits = llt.allocate_token_bitmask(len(states), V)  # (B, W) int32, CPU
-    if len(states) == 1:
-        llt.fill_next_token_bitmask(states[0].matcher, bits, 0)
+    rows: dict[tuple, int] = {}
+    index = [rows.setdefault((id(s.grammar), *s.consumed), len(rows)) for s in states]
+    unique = [None] * len(rows)
+    for s, i in zip(states, index):
+        unique[i] = unique[i] or s
+    bits = llt.allocate_token_bitmask(len(unique), V)  # (U, W) int32, CPU
+    if len(unique) == 1:
+        llt.fill_next_token_bitmask(unique[0].matcher, bits, 0)
     else:
         llt.fill_next_token_bitmask_par(
-            _executor(), [(s.matcher, i) for i, s in enumerate(states)], bits
+            _executor(), [(s.matcher, i) for i, s in enumerate(unique)], bits
         )
-    accepting = torch.tensor([s.accepting for s in states], dtype=dtype)
+    accepting = torch.tensor([s.accepting for s in unique], dtype=dtype)
     bits, accepting = bits.to(lm.device), accepting.to(lm.device)
-    masks = _unpack(bits, V, dtype)  # (B, V)
+    masks = _unpack(bits, V, dtype)  # (U, V)
     masks[:, lm.eos_token_id] = accepting
+    if len(unique) < len(states):
+        masks = masks.index_select(0, torch.tensor(index, device=masks.device))  # (B, V)
     return masks
 
 
@@ -363,8 +317,15 @@ def make_grammar(
     json_schema: Any = None,
     regex: str | None = None,
     lark: str | None = None,
+    whitespace: str = "compact",
+    max_string_length: int | None = MAX_STRING_LENGTH,
+    max_array_items: int | None = MAX_ARRAY_ITEMS,
 ) -> Grammar:
-    """A :class:`Grammar` from exactly one of ``grammar``, ``json_schema``, ``regex``, ``lark``."""
+    """A :class:`Grammar` from exactly one of ``grammar``, ``json_schema``, ``regex``, ``lark``.
+
+    ``whitespace`` (``"compact"`` or ``"flexible"``) and ``max_string_length`` apply to
+    ``json_schema`` (:func:`~llamppl.decoding.grammar_compile.json_grammar`).
+    """
     given = {
         k: v
         for k, v in (
@@ -388,8 +349,14 @@ def make_grammar(
                 f"got {type(value).__name__}"
             )
         return value
+    if kind == "json_schema":
+        return Grammar.from_json_schema(
+            value,
+            whitespace=whitespace,
+            max_string_length=max_string_length,
+            max_array_items=max_array_items,
+        )
     return {
-        "json_schema": Grammar.from_json_schema,
         "regex": Grammar.from_regex,
         "lark": Grammar.from_lark,
     }[kind](value)

@@ -1,0 +1,255 @@
+"""Compiling grammars for llguidance: :class:`Grammar` from a JSON Schema, a regex or a Lark grammar.
+
+JSON Schemas compile in two tiers (``Grammar.from_json_schema``):
+
+1. **exact** — llguidance's own compiler, compact by default (no free whitespace
+   between tokens: ``{"a":1,"b":[2,3]}``; ``whitespace="flexible"`` allows JSON's
+   whitespace where the grammar permits it);
+2. **relaxed** — when llguidance refuses the schema (``oneOf``, an unknown
+   ``format``, ``not``, ``dependencies``, ``if``/``then``/``else``, …), the same
+   schema with llguidance's ``coerce_one_of`` (``oneOf`` read as ``anyOf``) and
+   ``lenient`` (unknown keywords and formats ignored) options. Its language is a
+   superset of the schema's valid texts; :attr:`Grammar.check` (full ``jsonschema``
+   validation against the schema's own draft) is then the final potential that
+   :class:`~llamppl.models.GrammarConstraint` applies at EOS, so the target stays the
+   LM conditioned on validity.
+
+A **size budget** is part of the grammar, not of the check: free strings (type
+``string`` without ``maxLength``, ``pattern``, ``format``, ``enum`` or ``const``) get
+``maxLength`` = ``max_string_length`` (default :data:`MAX_STRING_LENGTH` = 64) and
+free arrays (no ``maxItems``) get ``maxItems`` = ``max_array_items`` (default
+:data:`MAX_ARRAY_ITEMS` = 8), raised to ``minLength``/``minItems`` where larger, in the
+schema given to llguidance only. The target becomes the LM conditioned on validity
+*and* on that size budget — a documented sub-language, sampled exactly — because a
+small LM inside a free string or array rarely closes it, and every particle then
+dies at the token budget
+(``docs/programs/structured.md`` argues the choice). ``None`` turns it off.
+
+Only what even the relaxed compiler refuses raises ``ValueError``, naming the keyword
+or feature llguidance names. Compiled grammars are cached per schema and options
+(:func:`json_grammar`)::
+
+    from llamppl.decoding.grammar_compile import Grammar
+    g = Grammar.from_json_schema({"oneOf": [{"type": "integer"}, {"type": "string"}]})
+    g.relaxed      # ('oneOf constraints are not supported. ...',)
+    g.check('"a"') # True
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+from .json_check import SchemaCheck, normalize_schema
+
+__all__ = [
+    "Grammar",
+    "require_llguidance",
+    "json_grammar",
+    "cap_sizes",
+    "WHITESPACE",
+    "MAX_STRING_LENGTH",
+    "MAX_ARRAY_ITEMS",
+]
+
+_INSTALL_HINT = "grammar constraints need the llguidance package: pip install 'llamppl[grammar]'"
+WHITESPACE = ("compact", "flexible")
+_RELAX = {"coerce_one_of": True, "lenient": True}
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_SIZE = 256
+MAX_STRING_LENGTH = 64
+MAX_ARRAY_ITEMS = 8
+_STRING_FIXED = ("maxLength", "pattern", "format", "enum", "const")
+_ARRAY_FIXED = ("maxItems", "enum", "const", "prefixItems")
+
+
+def require_llguidance():
+    """Import ``llguidance`` or raise an ImportError saying what to install."""
+    try:
+        import llguidance
+        import llguidance.torch  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ImportError(_INSTALL_HINT) from exc
+    return llguidance
+
+
+def _engine_error(spec: str) -> str | None:
+    """llguidance's error for a grammar string, or None if it compiles (warnings allowed)."""
+    message = require_llguidance().LLMatcher.validate_grammar(spec)
+    if message and not message.startswith("WARNING"):
+        return message.strip()
+    return None
+
+
+class Grammar:
+    """A grammar compiled for llguidance, validated at construction.
+
+    Build with :meth:`from_json_schema`, :meth:`from_regex` or :meth:`from_lark`.
+
+    Attributes
+    ----------
+    kind : str
+        ``"json_schema"``, ``"regex"`` or ``"lark"`` (the argument it came from).
+    source : Any
+        The user's schema / pattern / grammar text.
+    spec : str
+        The llguidance grammar string given to ``LLMatcher``.
+    check : SchemaCheck | None
+        For JSON Schemas: full validation of a finished text (the final potential).
+    relaxed : tuple[str, ...]
+        Why the exact compiler refused the schema (empty when it compiled exactly).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        source: Any,
+        spec: str,
+        check: SchemaCheck | None = None,
+        relaxed: tuple[str, ...] = (),
+    ) -> None:
+        error = _engine_error(spec)
+        if error:
+            raise ValueError(f"invalid {kind}: llguidance says: {error}")
+        self.kind, self.source, self.spec = kind, source, spec
+        self.check, self.relaxed = check, tuple(relaxed)
+
+    @classmethod
+    def from_json_schema(
+        cls,
+        schema: Any,
+        *,
+        whitespace: str = "compact",
+        relax: bool = True,
+        max_string_length: int | None = MAX_STRING_LENGTH,
+        max_array_items: int | None = MAX_ARRAY_ITEMS,
+    ) -> Grammar:
+        """JSON Schema given as a dict, a JSON string, or a pydantic model class (cached)."""
+        return json_grammar(
+            schema,
+            whitespace=whitespace,
+            relax=relax,
+            max_string_length=max_string_length,
+            max_array_items=max_array_items,
+        )
+
+    @classmethod
+    def from_regex(cls, regex: str) -> Grammar:
+        """A regular expression the whole generated text must match."""
+        if not isinstance(regex, str):
+            raise TypeError(f"regex must be a str, got {type(regex).__name__}")
+        return cls("regex", regex, require_llguidance().LLMatcher.grammar_from_regex(regex))
+
+    @classmethod
+    def from_lark(cls, lark: str) -> Grammar:
+        """A Lark grammar (llguidance dialect; the start rule is ``start``)."""
+        if not isinstance(lark, str):
+            raise TypeError(f"lark must be a str, got {type(lark).__name__}")
+        return cls("lark", lark, require_llguidance().LLMatcher.grammar_from_lark(lark))
+
+    def __deepcopy__(self, memo) -> Grammar:
+        return self  # immutable: particles share it
+
+    def __repr__(self) -> str:
+        tier = ", relaxed" if self.relaxed else ""
+        return f"Grammar({self.kind}={self.source!r}{tier})"
+
+
+def _compile(schema: dict, options: dict) -> tuple[str | None, str | None]:
+    """(spec, None) if llguidance compiles ``schema`` with ``options``, else (None, its message)."""
+    llg = require_llguidance()
+    try:
+        spec = llg.LLMatcher.grammar_from_json_schema(schema, overrides=options)
+    except ValueError as exc:
+        return None, str(exc).strip()
+    error = _engine_error(spec)
+    return (None, error) if error else (spec, None)
+
+
+def _has_type(node: dict, name: str) -> bool:
+    kind = node.get("type")
+    return kind == name or (isinstance(kind, list) and name in kind)
+
+
+def cap_sizes(node: Any, max_length: int | None, max_items: int | None) -> Any:
+    """A copy of a schema with the size budget: free strings get ``maxLength =
+    max(max_length, minLength)``, free arrays ``maxItems = max(max_items, minItems)``."""
+    if isinstance(node, list):
+        return [cap_sizes(v, max_length, max_items) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: cap_sizes(v, max_length, max_items) for k, v in node.items()}
+    for limit, name, low_key, fixed, high_key in (
+        (max_length, "string", "minLength", _STRING_FIXED, "maxLength"),
+        (max_items, "array", "minItems", _ARRAY_FIXED, "maxItems"),
+    ):
+        if limit is not None and _has_type(node, name) and not any(k in node for k in fixed):
+            low = node.get(low_key, 0)
+            out[high_key] = max(limit, low if isinstance(low, int) else 0)
+    return out
+
+
+def _check_budget(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+
+
+def json_grammar(
+    schema: Any,
+    *,
+    whitespace: str = "compact",
+    relax: bool = True,
+    max_string_length: int | None = MAX_STRING_LENGTH,
+    max_array_items: int | None = MAX_ARRAY_ITEMS,
+) -> Grammar:
+    """The (cached) :class:`Grammar` of a JSON Schema: exact tier, else relaxed tier.
+
+    Parameters
+    ----------
+    schema : dict | str | type
+        JSON Schema (dict or JSON text) or a pydantic v2 model class.
+    whitespace : {"compact", "flexible"}
+        ``"compact"``: no whitespace between JSON tokens (the default: the LM cannot
+        spend its budget on indentation). ``"flexible"``: JSON whitespace allowed.
+    relax : bool
+        Fall back to the relaxed tier (module docstring) when the exact one fails.
+    max_string_length, max_array_items : int | None
+        The size budget (module docstring); ``None``: unbounded.
+    """
+    if whitespace not in WHITESPACE:
+        raise ValueError(f"whitespace must be one of {WHITESPACE}, got {whitespace!r}")
+    if not isinstance(relax, bool):
+        raise TypeError(f"relax must be a bool, got {type(relax).__name__}")
+    _check_budget("max_string_length", max_string_length)
+    _check_budget("max_array_items", max_array_items)
+    schema = normalize_schema(schema)
+    key = (
+        json.dumps(schema, sort_keys=True, default=str),
+        whitespace,
+        relax,
+        max_string_length,
+        max_array_items,
+    )
+    grammar = _CACHE.get(key)
+    if grammar is not None:
+        _CACHE.move_to_end(key)
+        return grammar
+    options = {"whitespace_flexible": whitespace == "flexible"}
+    engine_schema = cap_sizes(schema, max_string_length, max_array_items)
+    spec, error = _compile(engine_schema, options)
+    reasons: tuple[str, ...] = ()
+    if spec is None and relax:
+        spec, relaxed_error = _compile(engine_schema, {**options, **_RELAX})
+        reasons = (error,)
+        error = relaxed_error
+    if spec is None:
+        raise ValueError(
+            f"invalid json_schema: llguidance cannot express it{' even relaxed' if relax else ''}: "
+            f"{error}"
+        )
+    grammar = Grammar("json_schema", schema, spec, check=SchemaCheck(schema), relaxed=reasons)
+    _CACHE[key] = grammar
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return grammar

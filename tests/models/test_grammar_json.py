@@ -1,0 +1,217 @@
+"""JSON Schemas on FunctionLM: relaxed tier + final check exact, compact whitespace, string budget, limits."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llguidance")
+jsonschema = pytest.importorskip("jsonschema")
+
+from llamppl import FunctionLM, run  # noqa: E402
+from llamppl.decoding import grammar_engine  # noqa: E402
+from llamppl.decoding.grammar_compile import Grammar, cap_sizes, json_grammar  # noqa: E402
+from llamppl.decoding.grammar_engine import MatcherState, allowed_masks  # noqa: E402
+from llamppl.inference import enumerate_exact  # noqa: E402
+from llamppl.models import GrammarConstraint, generate_json  # noqa: E402
+from llamppl.models.structured import schema_prompt  # noqa: E402
+
+DIGITS = ["<s>", "1", "3", "4", "7", "<eos>"]
+STRING = ["<s>", '"', "a", "ab", "<eos>"]
+BRACES = ["<s>", "{", "}", " ", "<eos>"]
+# llguidance refuses both (oneOf; the unimplemented "not"); relaxed, they admit 3 and 4
+RELAXED = {
+    "oneOf": {"oneOf": [{"type": "integer", "maximum": 5}, {"type": "integer", "minimum": 3}]},
+    "not": {"type": "integer", "not": {"enum": [3, 4]}},
+}
+
+
+def _wavy(n_vocab):
+    eos = n_vocab - 1
+
+    def logits(ctx):
+        n, last = len(ctx), ctx[-1]
+        out = [math.sin(1.3 * i + 0.7 * n + 0.4 * last) for i in range(eos)]
+        out[0] = -math.inf  # BOS is never generated
+        return out + [-0.8 + 0.4 * n]
+
+    return logits
+
+
+def _lm(vocab):
+    return FunctionLM(vocab, len(vocab) - 1, _wavy(len(vocab)), bos_token_id=0)
+
+
+def _brute_force(vocab, in_language, max_tokens):
+    """log Z and p(y | y ∈ L), summing p(seq EOS) over EVERY sequence of < max_tokens tokens."""
+    eos, lm_fn = len(vocab) - 1, _wavy(len(vocab))
+    acc: dict[str, float] = {}
+
+    def visit(ctx, text, logp):
+        z = np.array(lm_fn(tuple(ctx)), dtype=np.float64)
+        lp = z - np.logaddexp.reduce(z)
+        if in_language(text):
+            acc[text] = acc.get(text, 0.0) + math.exp(logp + lp[eos])
+        if len(ctx) < max_tokens:  # ctx holds BOS + generated tokens
+            for t in range(1, eos):
+                visit(ctx + [t], text + vocab[t], logp + lp[t])
+
+    visit([0], "", 0.0)
+    Z = sum(acc.values())
+    return math.log(Z), {t: p / Z for t, p in acc.items()}
+
+
+def _valid(schema):
+    def member(text):
+        return bool(re.fullmatch(r"-?(0|[1-9][0-9]*)", text)) and jsonschema.Draft202012Validator(
+            schema
+        ).is_valid(json.loads(text))
+
+    return member
+
+
+def _consumes(lm, grammar, text_tokens):
+    state = MatcherState(lm, grammar)
+    return all(state.consume(lm.vocab.index(t)) for t in text_tokens) and state.accepting
+
+
+@pytest.mark.parametrize("name", sorted(RELAXED))
+def test_relaxed_schema_compiles_and_admits_invalid_texts(name):
+    schema = RELAXED[name]
+    with pytest.raises(ValueError, match="cannot express"):
+        json_grammar(schema, relax=False)  # llguidance alone refuses it
+    grammar = json_grammar(schema)
+    assert grammar.relaxed and grammar.check is not None
+    lm = _lm(DIGITS)
+    assert _consumes(lm, grammar, ["4"])  # the relaxed language admits an invalid text
+    assert not grammar.check("4") and grammar.check("7")
+
+
+@pytest.mark.parametrize("name", sorted(RELAXED))
+@pytest.mark.parametrize("proposal", ["mask", "sample"])
+def test_relaxed_grammar_with_final_check_is_exact(name, proposal):
+    schema = RELAXED[name]
+    log_z, post = _brute_force(DIGITS, _valid(schema), max_tokens=3)
+    assert "3" not in post and "4" not in post and len(post) >= 5
+    model = GrammarConstraint(_lm(DIGITS), [], json_schema=schema, proposal=proposal, max_tokens=3)
+    exact = run(enumerate_exact(model))
+    assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
+    assert set(exact.posterior) == set(post)
+    for text, p in post.items():
+        assert exact.posterior[text] == pytest.approx(p, rel=1e-9, abs=1e-15)
+
+
+def test_every_returned_object_validates_and_failures_are_named():
+    schema = RELAXED["oneOf"]
+    out = generate_json(_lm(DIGITS), [], schema, n_particles=64, seed=0, max_tokens=3)
+    assert out.objects
+    for obj, _ in out.objects:
+        jsonschema.validate(obj, schema)
+    assert all(cause == "budget" or cause.startswith("schema check") for cause in out.failures), (
+        out.failures
+    )
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_string_budget_is_part_of_the_target(limit):
+    """Free strings get at most ``max_string_length`` characters; the posterior is exact for it."""
+
+    def member(text):
+        return bool(re.fullmatch(f'"[ab]{{0,{limit}}}"', text)) and "b" not in text[:2]
+
+    log_z, post = _brute_force(STRING, member, max_tokens=5)
+    model = GrammarConstraint(
+        _lm(STRING), [], json_schema={"type": "string"}, max_tokens=5, max_string_length=limit
+    )
+    exact = run(enumerate_exact(model))
+    assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
+    assert set(exact.posterior) == set(post)
+    unbounded = GrammarConstraint(
+        _lm(STRING), [], json_schema={"type": "string"}, max_tokens=5, max_string_length=None
+    )
+    assert max(len(t) for t in run(enumerate_exact(unbounded)).posterior) > limit + 2
+
+
+def test_size_budget_caps_only_free_strings_and_arrays():
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "few": {"type": "array", "minItems": 20},
+            "code": {"type": "string", "pattern": "^[a-z]+$"},
+            "long": {"type": "string", "minLength": 100},
+        },
+    }
+    capped = cap_sizes(schema, 64, 8)["properties"]
+    assert capped["tags"] == {
+        "type": "array",
+        "items": {"type": "string", "maxLength": 64},
+        "maxItems": 8,
+    }
+    assert capped["few"]["maxItems"] == 20 and capped["long"]["maxLength"] == 100
+    assert capped["code"] == schema["properties"]["code"]
+    assert cap_sizes(schema, None, None) == schema
+
+
+def test_compact_whitespace_is_the_default():
+    lm = _lm(BRACES)
+    space = BRACES.index(" ")
+    for whitespace, allowed in (("compact", False), ("flexible", True)):
+        model = GrammarConstraint(lm, [], json_schema={"type": "object"}, whitespace=whitespace)
+        model.matcher.consume(BRACES.index("{"))
+        assert bool(allowed_masks(lm, [model.matcher])[0, space]) is allowed
+    default = GrammarConstraint(lm, [], json_schema={"type": "object"}, max_tokens=4)
+    assert set(run(enumerate_exact(default)).posterior) == {"{}"}
+
+
+def test_clones_share_one_mask_row(monkeypatch):
+    """Particles in the same matcher state (clones) cost one llguidance row, same masks."""
+    import llguidance.torch as llt
+
+    lm = _lm(DIGITS)
+    grammar = Grammar.from_json_schema({"type": "integer"})
+    a = MatcherState(lm, grammar)
+    a.consume(1)
+    b, c = copy.deepcopy(a), MatcherState(lm, grammar)
+    singles = [allowed_masks(lm, [s])[0] for s in (a, b, c)]
+    rows = []
+    inner = llt.fill_next_token_bitmask_par
+    monkeypatch.setattr(
+        llt,
+        "fill_next_token_bitmask_par",
+        lambda ex, ms, bits: (rows.append(len(ms)), inner(ex, ms, bits)),
+    )
+    masks = allowed_masks(lm, [a, b, c, a])
+    assert rows == [2]
+    for i, s in enumerate([0, 1, 2, 0]):
+        assert bool((masks[i] == singles[s]).all())
+    assert grammar_engine.MatcherState is MatcherState
+
+
+def test_json_grammars_are_cached_per_schema_and_options():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert json_grammar(schema) is json_grammar(json.loads(json.dumps(schema)))
+    assert json_grammar(schema) is not json_grammar(schema, whitespace="flexible")
+
+
+def test_schema_too_large_for_the_engine_is_refused_at_construction():
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(3000)}}
+    lm = _lm(["<s>", "{", '"', "p", "1", ":", "}", "<eos>"])
+    with pytest.raises(ValueError, match="exceeds the grammar engine's limits"):
+        GrammarConstraint(lm, [], json_schema=schema)
+
+
+def test_bad_json_options_and_chat_without_template():
+    with pytest.raises(ValueError, match="whitespace"):
+        json_grammar({"type": "integer"}, whitespace="some")
+    with pytest.raises(ValueError, match="max_string_length"):
+        json_grammar({"type": "string"}, max_string_length=0)
+    with pytest.raises(ValueError, match="chat template"):
+        schema_prompt(_lm(DIGITS), "", {"type": "integer"})
+    with pytest.raises(TypeError, match="chat"):
+        generate_json(_lm(DIGITS), [], {"type": "integer"}, chat="yes")
