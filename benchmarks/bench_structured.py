@@ -3,7 +3,8 @@
 1. Per SMC step at N = 16 and 64 (``smc_standard`` on ``GrammarConstraint`` with a
    JSON Schema, SmolLM2): the time spent computing and applying the masks (one
    batched llguidance fill, one unpack and one multiplication per step, timed inside
-   the run around ``MaskBatcher._serve``), as a fraction of the step.
+   the run around the engine's ``allowed_masks`` and ``apply_masks``), as a fraction of
+   the step.
 2. End-to-end wall time of the JSON task: ``generate_json`` (SMC, N particles) vs HF
    ``generate`` with ``GrammarLogitsProcessor`` (local masking) at batch N, same
    prompt, schema and token budget.
@@ -43,27 +44,38 @@ REQUEST = (
 
 
 class MaskTimer:
-    """Wraps ``MaskBatcher._serve`` to time every batched mask computation + application."""
+    """Wraps the engine's ``allowed_masks`` and ``apply_masks`` (the batched mask fill and its
+    application, what ``MaskBatcher`` calls once per step) to time every call."""
+
+    NAMES = ("allowed_masks", "apply_masks")
 
     def __init__(self) -> None:
         self.seconds, self.calls, self.rows = 0.0, 0, 0
-        self._inner = engine.MaskBatcher._serve
+        self._inner = {name: getattr(engine, name) for name in self.NAMES}
+        self._depth = 0  # apply_masks calls allowed_masks: count only the outer call
 
     def install(self) -> None:
-        timer = self
+        for name, inner in self._inner.items():
+            setattr(engine, name, self._timed(inner))
 
-        def timed(batcher, kind, requests):
+    def _timed(self, inner):
+        def timed(lm, states, *args, **kwargs):
+            self._depth += 1
             t = time.perf_counter()
-            out = timer._inner(batcher, kind, requests)
-            timer.seconds += time.perf_counter() - t
-            timer.calls += 1
-            timer.rows += len(requests)
-            return out
+            try:
+                return inner(lm, states, *args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.seconds += time.perf_counter() - t
+                    self.calls += 1
+                    self.rows += len(states)
 
-        engine.MaskBatcher._serve = timed
+        return timed
 
     def remove(self) -> None:
-        engine.MaskBatcher._serve = self._inner
+        for name, inner in self._inner.items():
+            setattr(engine, name, inner)
 
 
 def hf_generate(lm, prompt: str, n: int, max_tokens: int, seed: int) -> tuple[float, int]:
