@@ -27,6 +27,8 @@ import os
 
 import torch
 
+from .validation import is_integer
+
 __all__ = ["default_num_threads", "apply_default_threads", "user_threads", "ENV_VAR"]
 
 ENV_VAR = "LLAMPPL_NUM_THREADS"
@@ -50,7 +52,7 @@ def default_num_threads(cpus: int | None = None) -> int:
     """
     if cpus is None:
         cpus = _available_cpus()
-    if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
+    if not is_integer(cpus) or cpus < 1:
         raise ValueError(f"cpus must be a positive integer, got {cpus!r}")
     return max(1, min(4, cpus // 4))
 
