@@ -52,3 +52,8 @@ def test_max_steps_keeps_the_paths_and_a_truncated_reference_is_reused():
     assert again.value.result.particles[0].xs == so_far.particles[1].xs
     with pytest.raises(ValueError, match="reference: the program took more steps"):
         run(csmc_standard(Walk(), 3, Trajectory(so_far.trajectories[1].choices), max_steps=6))
+
+
+def test_replaying_is_the_one_public_way_to_route_sample():
+    # csmc_standard and enumerate_exact both use Model.replaying; set_chooser is gone
+    assert hasattr(Model, "replaying") and not hasattr(Model, "set_chooser")
