@@ -17,7 +17,10 @@ Feynman–Kac target) invariant for any N >= 2 (ADH 2010, Theorem 5), which
 A path is a :class:`Trajectory`: the values every ``sample`` returned, per hook
 call (``start``, then each ``step``). Programs must draw all their randomness
 through ``sample`` (as ``enumerate_exact`` also assumes), so replaying the values
-rebuilds the state::
+rebuilds the state. The engine is :class:`ConditionalStep`, one step returning
+``(particles, StepInfo)`` like ``smc_standard_step``, driven by the shared loop
+:func:`~llamppl.inference.steps.run_population` (history, run record, progress,
+``max_steps`` and the up-front memory check)::
 
     chain = await particle_gibbs(model, n_particles=4, n_iterations=500, seed=0)
     chain.posterior                      # {string_for_serialization: frequency}
@@ -27,24 +30,35 @@ rebuilds the state::
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import weakref
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 from llamppl.distributions import Distribution
 from llamppl.modeling import Model
-from llamppl.rng import make_rng, using_rng
+from llamppl.rng import make_rng
 from llamppl.validation import check_positive_int, check_unit_interval
 from llamppl.weights import ess, logmeanexp, normalize
 
-from .particles import LMCounters, Progress, check_model, log_weights
-from .result import SMCResult, StepRecord
+from .particles import check_model, log_weights
+from .record import record_target
+from .result import SMCResult, StepInfo
 from .smc_standard import resample_population
+from .steps import DEFAULT_MAX_STEPS, StepLimitError, check_max_steps, run_population
 
-__all__ = ["Trajectory", "CSMCResult", "ParticleGibbsChain", "csmc_standard", "particle_gibbs"]
+__all__ = [
+    "Trajectory",
+    "CSMCResult",
+    "ParticleGibbsChain",
+    "ConditionalStep",
+    "csmc_standard",
+    "particle_gibbs",
+]
 
 
 @dataclass(frozen=True)
@@ -107,36 +121,81 @@ class CSMCResult(SMCResult):
     trajectories: list[Trajectory] = field(default_factory=list)
 
 
-async def _run_hook(particles, paths, hook: str, t: int, reference: Trajectory | None) -> None:
-    """One hook call ("begin" or "advance") of every live particle, recording (or forcing) choices."""
-    live = [i for i, p in enumerate(particles) if hook == "begin" or not p.done_stepping()]
-    choosers: dict[int, Any] = {}
-    for i in live:
-        if i == 0 and reference is not None:
-            if t >= len(reference.choices):
-                raise ValueError(
-                    f"reference: the program took more steps than the reference path ({len(reference.choices) - 1})"
-                )
-            choosers[i] = _Force(reference.choices[t])
-        else:
-            choosers[i] = _Record()
-        particles[i].set_chooser(choosers[i])
-    try:
-        await asyncio.gather(*(getattr(particles[i], hook)() for i in live))
-    finally:
+class ConditionalStep:
+    """The conditional SMC engine for :func:`~llamppl.inference.steps.run_population`.
+
+    ``start(particles)`` runs every ``start`` hook and ``await step(particles, t)``
+    returns ``(particles, StepInfo)`` like ``smc_standard_step``: extend every live
+    particle (slot 0 forced to the reference's choices x*_t, the others sampled and
+    recorded), reweight, and resample when ESS < ``ess_threshold · N`` with
+    A_t^0 = 0 and A_t^{1..N-1} i.i.d. ∝ w_t (ADH 2010, §4.3). ``paths[i]`` is slot
+    i's :class:`Trajectory`, kept aligned with the population.
+    """
+
+    def __init__(
+        self, reference: Trajectory | None, ess_threshold: float, rng: np.random.Generator
+    ) -> None:
+        self.reference, self.ess_threshold, self.rng = reference, ess_threshold, rng
+        self.paths: list[Trajectory] = []
+
+    async def _run_hook(self, particles: list[Model], hook: str, t: int) -> None:
+        """One hook call ("run_start" or "run_step") of every live particle, recording (or forcing) choices."""
+        ref = self.reference
+        live = [i for i, p in enumerate(particles) if hook == "run_start" or not p.done_stepping()]
+        choosers: dict[int, _Record | _Force] = {}
         for i in live:
-            particles[i].set_chooser(None)
-    for i in live:
-        c = choosers[i]
-        if (
-            isinstance(c, _Force)
-            and c.position != len(c.values)
-            and not particles[i].weight == -np.inf
-        ):
-            raise ValueError(
-                "reference: the program made fewer choices than the reference path recorded"
-            )
-        paths[i] = paths[i].extended(c.values)
+            if i == 0 and ref is not None:
+                if t >= len(ref.choices):
+                    raise ValueError(
+                        "reference: the program took more steps than the reference path "
+                        f"({len(ref.choices) - 1})"
+                    )
+                choosers[i] = _Force(ref.choices[t])
+            else:
+                choosers[i] = _Record()
+        with contextlib.ExitStack() as stack:
+            for i in live:
+                stack.enter_context(particles[i].replaying(choosers[i]))
+            await asyncio.gather(*(getattr(particles[i], hook)() for i in live))
+        for i in live:
+            c = choosers[i]
+            if (
+                isinstance(c, _Force)
+                and c.position != len(c.values)
+                and particles[i].weight > -np.inf
+            ):
+                raise ValueError(
+                    "reference: the program made fewer choices than the reference path recorded"
+                )
+            self.paths[i] = self.paths[i].extended(c.values)
+
+    async def start(self, particles: list[Model]) -> None:
+        self.paths = [Trajectory() for _ in particles]
+        await self._run_hook(particles, "run_start", 0)
+
+    async def step(self, particles: list[Model], t: int) -> tuple[list[Model], StepInfo]:
+        n, rng = len(particles), self.rng
+        await self._run_hook(particles, "run_step", t)  # extend: x*_t in slot 0, M_t elsewhere
+        w = log_weights(particles)  # reweight: G_t already folded in by the primitives
+        log_ml, step_ess, ancestors = logmeanexp(w), ess(w), None
+        before = tuple(particles)
+        live = any(not p.done_stepping() for p in particles)
+        if live and log_ml > -np.inf and step_ess < self.ess_threshold * n:  # maybe resample
+            free = rng.choice(n, size=n - 1, p=normalize(w)) if n > 1 else []
+            pinned = [0] if self.reference is not None else [int(rng.choice(n, p=normalize(w)))]
+            ancestors = np.asarray(pinned + list(free), dtype=np.int64)
+            particles = resample_population(particles, ancestors, log_ml)
+            self.paths = [self.paths[a] for a in ancestors.tolist()]
+        n_live = sum(not p.done_stepping() for p in particles)
+        info = StepInfo(t, step_ess, ancestors is not None, ancestors, log_ml, n_live, w, before)
+        return particles, info
+
+    def result(self, res: SMCResult) -> CSMCResult:
+        """``res`` with each final particle's path (and the paths remembered for ``reference=particle``)."""
+        for p, path in zip(res.particles, self.paths):
+            _PATHS[p] = path
+        base = {f.name: getattr(res, f.name) for f in fields(SMCResult)}
+        return CSMCResult(**base, trajectories=list(self.paths))
 
 
 def _as_trajectory(reference: object) -> Trajectory | None:
@@ -161,6 +220,8 @@ async def csmc_standard(
     *,
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
+    record: bool | str | os.PathLike = False,
+    max_steps: int | None = DEFAULT_MAX_STEPS,
 ) -> CSMCResult:
     """Conditional SMC with slot 0 pinned to ``reference`` (ADH 2010, §4.3).
 
@@ -169,7 +230,8 @@ async def csmc_standard(
     model : Model
         The program; cloned ``n_particles`` times, not modified.
     n_particles : int
-        N >= 1 slots, the pinned one included (N >= 2 for the chain to move).
+        N >= 1 slots, the pinned one included (N >= 2 for the chain to move). A run
+        whose estimated memory exceeds what is available is refused before it starts.
     reference : Trajectory | Model | None
         The pinned path: a :class:`Trajectory` or a particle an earlier ``csmc_standard``
         returned. ``None`` pins nothing (plain SMC with multinomial resampling that
@@ -179,6 +241,15 @@ async def csmc_standard(
         the conditional construction holds); 1.0, the default, resamples at every step.
     seed : int | numpy.random.Generator | None
         Fixes every random choice of the run.
+    progress : bool | None
+        tqdm bar; default on when stderr is a terminal.
+    record : bool | path
+        ``True`` keeps the run record on ``result.record``; a path also writes it there
+        (checked before the run; format in :mod:`llamppl.inference.record`).
+    max_steps : int | None
+        Step limit (default 10,000; None for none). Particles still stepping after it
+        raise :class:`~llamppl.inference.steps.StepLimitError`; its ``.result`` (a
+        :class:`CSMCResult`) holds the run so far.
 
     Resampling is multinomial: slot 0 keeps ancestor 0, the N − 1 free slots draw
     ancestors i.i.d. ∝ w_t (the conditional multinomial resampling of ADH 2010).
@@ -189,50 +260,28 @@ async def csmc_standard(
     n = check_positive_int("n_particles", n_particles)
     threshold = check_unit_interval("ess_threshold", ess_threshold)
     ref = _as_trajectory(reference)
+    limit = check_max_steps(max_steps)
+    target = record_target(record=record)
     rng = make_rng(seed)
-    counters = LMCounters(model)
-    bar = Progress(progress, "csmc_standard")
-    history: list[StepRecord] = []
+    engine = ConditionalStep(ref, threshold, rng)
     try:
-        with using_rng(rng):
-            particles = [model.clone() for _ in range(n)]
-            paths = [Trajectory() for _ in range(n)]
-            await _run_hook(particles, paths, "begin", 0, ref)
-            t = 0
-            while not all(p.done_stepping() for p in particles):
-                t += 1
-                await _run_hook(particles, paths, "advance", t, ref)
-                w = log_weights(particles)
-                step_ess, log_ml = ess(w), logmeanexp(w)
-                ancestors = None
-                live = sum(not p.done_stepping() for p in particles)
-                if live and log_ml > -np.inf and step_ess < threshold * n:
-                    free = rng.choice(n, size=n - 1, p=normalize(w)) if n > 1 else []
-                    start = [0] if ref is not None else [int(rng.choice(n, p=normalize(w)))]
-                    ancestors = np.asarray(start + list(free), dtype=np.int64)
-                    particles = resample_population(particles, ancestors, log_ml)
-                    paths = [paths[a] for a in ancestors.tolist()]
-                    live = sum(not p.done_stepping() for p in particles)
-                history.append(
-                    StepRecord(t, step_ess, ancestors is not None, ancestors, log_ml, live)
-                )
-                bar.update(ess=f"{step_ess:.1f}", live=live)
-    finally:
-        bar.close()
-    if ref is not None and paths[0] != ref:
+        res = await run_population(
+            "csmc_standard",
+            model,
+            n,
+            engine.step,
+            rng=rng,
+            progress=progress,
+            record=target,
+            max_steps=limit,
+            start=engine.start,
+        )
+    except StepLimitError as error:
+        error.result = engine.result(error.result)
+        raise
+    if ref is not None and engine.paths[0] != ref:
         raise ValueError("reference: the program finished before the reference path ended")
-    for p, path in zip(particles, paths):
-        _PATHS[p] = path
-    w = log_weights(particles)
-    return CSMCResult(
-        particles,
-        w,
-        logmeanexp(w),
-        history,
-        counters.finish(steps=len(history), n_particles=n),
-        "csmc_standard",
-        trajectories=paths,
-    )
+    return engine.result(res)
 
 
 @dataclass

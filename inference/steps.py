@@ -75,12 +75,15 @@ async def run_population(
     max_steps: int | None,
     population_factor: int = 1,
     extra_stats: Callable[[], dict[str, Any]] | None = None,
+    start: Callable[[list[Model]], Awaitable[None]] = start_all,
 ):
     """Run ``one_step`` on N clones of ``model`` until all are done; return the ``SMCResult``.
 
     Checks before anything runs: the memory the run needs (``population_factor``
     · N particles alive at once, :func:`~llamppl.inference.budget.check_memory`)
-    and the run record's paths (already resolved into ``record``). The final
+    and the run record's paths (already resolved into ``record``). ``start`` runs
+    every particle's ``start`` hook (default :func:`start_all`; ``csmc_standard``
+    records or forces the choices made there). The final
     ``log_ml = log (1/N) Σ_i w_i`` (Eq. of Ẑ in the LLaMPPL paper, §3).
     """
     counters = LMCounters(model)
@@ -96,7 +99,7 @@ async def run_population(
     try:
         with using_rng(rng):
             particles = [model.clone() for _ in range(n)]
-            await start_all(particles)
+            await start(particles)
             while not all(p.done_stepping() for p in particles):
                 if max_steps is not None and t >= max_steps:
                     break

@@ -89,7 +89,8 @@ class Model:
     - :meth:`clone`, :meth:`done_stepping`, :meth:`state_key`, and the attributes
       ``weight`` (read, and set after resampling) and ``finished``;
     - :meth:`replaying` makes every ``sample`` ask a chooser for its value
-      (``enumerate_exact`` visits every path this way).
+      (``enumerate_exact`` visits every path this way, ``csmc_standard`` records
+      the free particles' choices and forces the reference's).
 
     Sub-programs (:class:`~llamppl.SubModel`) score into their caller through
     :meth:`sample_async`, :meth:`observe_async` and :meth:`intervene_async`, the
@@ -240,21 +241,14 @@ class Model:
         """While active, every ``sample`` returns ``await chooser.choose(self, dist, proposal)``.
 
         The chooser decides the value and scores it (``enumerate_exact`` replays and
-        branches a step this way); ``observe`` / ``condition`` / ``twist`` score as usual.
+        branches a step this way, ``csmc_standard`` records or forces a particle's
+        choices); ``observe`` / ``condition`` / ``twist`` score as usual.
         """
         previous, self._chooser = self._chooser, chooser
         try:
             yield
         finally:
             self._chooser = previous
-
-    def set_chooser(self, chooser: Any) -> None:
-        """Engine hook: route ``sample`` through ``await chooser.choose(self, dist, proposal)``.
-
-        ``None`` restores plain sampling. Engines that replay or record a particle's
-        random choices use it (``csmc_standard`` pins a reference path this way).
-        """
-        self._chooser = chooser
 
     def clone(self) -> Model:
         """Deep copy of the particle's state; LMs (and their caches) are shared, not copied."""

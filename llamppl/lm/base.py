@@ -1,9 +1,9 @@
 """The language-model interface every LM backend implements, with request coalescing.
 
-``LanguageModel`` is the one thing the modeling layer talks to. Subclasses
-implement :meth:`LanguageModel._next_token_logprobs_batch`, which receives every
-context that was awaited concurrently and returns their normalised next-token
-log-probabilities. The base class turns many concurrent awaits of
+``LanguageModel`` is the one thing the modeling layer talks to. A backend
+implements one hook, :meth:`LanguageModel.next_token_logprobs_batch`, which
+receives every context that was awaited concurrently and returns their
+normalised next-token log-probabilities. The base class turns many concurrent awaits of
 :meth:`LanguageModel.next_token_logprobs` (one per particle) into one such call::
 
     lm = FunctionLM(["a", "b", "<eos>"], eos_token_id=2, logits_fn=lambda ctx: [0.0, 0.0, 0.0])
@@ -114,6 +114,15 @@ class LanguageModel:
         End tokens besides ``eos_token_id`` (set by backends).
     stats : LMStats
         Work counters (a backend's subclass of :class:`LMStats`).
+
+    Notes
+    -----
+    A backend subclass implements THE backend hook,
+    :meth:`next_token_logprobs_batch` (plus ``vocab``, ``eos_token_id``, ``encode``,
+    ``decode``); everything else (validation, coalescing concurrent awaits into one
+    call, ``batch_size`` chunking, ``stats.batch_calls``) is done here. The earlier
+    name ``_next_token_logprobs_batch`` is the same method at every class level, so
+    a subclass written against it (overriding or calling it) still works.
     """
 
     vocab: list[str]
@@ -122,6 +131,16 @@ class LanguageModel:
     other_eos_token_ids: frozenset[int] = frozenset()
     _batch_size: int | None = None  # lm.batch_size: most contexts per backend call (None: all)
     backend: str = "custom"  # LLaMPPL's lm.backend: "hf", "vllm", "function", ...
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Make ``next_token_logprobs_batch`` and its earlier name one method in ``cls``."""
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        new, old = "next_token_logprobs_batch", "_next_token_logprobs_batch"
+        if new in own and old not in own:
+            setattr(cls, old, own[new])
+        elif old in own and new not in own:
+            setattr(cls, new, own[old])
 
     def __init__(self) -> None:
         self.stats: LMStats = LMStats()
@@ -169,14 +188,19 @@ class LanguageModel:
         """Text of ``token_ids``."""
         raise NotImplementedError(f"{type(self).__name__} must implement decode(token_ids)")
 
-    def _next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
-        """Normalised next-token log-probs, one ``[vocab_size]`` tensor per context.
+    def next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        """THE backend hook: normalised next-token log-probs, one ``[vocab_size]`` tensor per context.
 
-        Subclasses implement this; ``contexts`` are validated and distinct.
+        Backends implement it; the base class calls it with validated, distinct
+        contexts (at most ``batch_size`` of them) and counts the call in
+        ``stats.batch_calls``. Call :meth:`batch_next_token_logprobs` or
+        :meth:`next_token_logprobs` from user code (they validate and coalesce).
         """
         raise NotImplementedError(
-            f"{type(self).__name__} must implement _next_token_logprobs_batch"
+            f"{type(self).__name__} must implement next_token_logprobs_batch(contexts)"
         )
+
+    _next_token_logprobs_batch = next_token_logprobs_batch  # earlier name (see the class notes)
 
     # ------------------------------------------------------------------ LLaMPPL names
     @property
@@ -239,7 +263,7 @@ class LanguageModel:
         """Blocking single-context version of :meth:`next_token_logprobs`."""
         ids = validate_token_ids(token_ids, self.vocab_size)
         self.stats.batch_calls += 1
-        return self._next_token_logprobs_batch([ids])[0]
+        return self.next_token_logprobs_batch([ids])[0]
 
     def batch_next_token_logprobs(self, contexts: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Blocking batched version: one backend call for all ``contexts``."""
@@ -256,5 +280,5 @@ class LanguageModel:
         for start in range(0, max(len(unique), 1), cap):
             chunk = unique[start : start + cap]
             self.stats.batch_calls += 1
-            results.update(zip(chunk, self._next_token_logprobs_batch(chunk)))
+            results.update(zip(chunk, self.next_token_logprobs_batch(chunk)))
         return [results[c] for c in contexts]

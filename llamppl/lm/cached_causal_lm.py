@@ -254,7 +254,7 @@ class CachedCausalLM(HFTokenizerLM):
         self.stats.cached_tokens = 0
 
     # ------------------------------------------------------------------ serving
-    def _next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
+    def next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
         for i, c in enumerate(contexts):
             if len(c) == 0:
                 raise ValueError(

@@ -119,7 +119,7 @@ class FunctionLM(LanguageModel):
         self._cache[ctx] = out
         return out, False
 
-    def _next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
+    def next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
         """One "forward" per batched call (``stats``); memoised contexts count as cache hits."""
         stats = self.stats
         stats.forward_calls += 1

@@ -267,7 +267,7 @@ class VLLMLM(HFTokenizerLM):
             reset()
 
     # ------------------------------------------------------------------ batching
-    def _next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
+    def next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
         for c in contexts:
             if len(c) == 0:
                 raise ValueError(

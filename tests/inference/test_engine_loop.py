@@ -13,6 +13,7 @@ from llamppl.inference import (
     StepLimitError,
     StepRecord,
     budget,
+    csmc_standard,
     importance_sampling,
     smc_standard,
     smc_steer,
@@ -22,6 +23,7 @@ ENGINES = {
     "smc_standard": lambda m, **kw: smc_standard(m, 4, 1.0, seed=0, **kw),
     "smc_steer": lambda m, **kw: smc_steer(m, 4, 2, seed=0, **kw),
     "importance_sampling": lambda m, **kw: importance_sampling(m, 4, seed=0, **kw),
+    "csmc_standard": lambda m, **kw: csmc_standard(m, 4, None, seed=0, **kw),
 }
 
 
@@ -102,6 +104,7 @@ def test_a_population_that_cannot_fit_is_refused_up_front_with_the_numbers(name)
         "smc_standard": lambda n: smc_standard(Counted(), n),
         "smc_steer": lambda n: smc_steer(Counted(), n, 2),
         "importance_sampling": lambda n: importance_sampling(Counted(), n),
+        "csmc_standard": lambda n: csmc_standard(Counted(), n),
     }[name]
     with pytest.raises(ValueError, match=r"n_particles=1000000000000 needs about .* available"):
         run(engine(10**12))

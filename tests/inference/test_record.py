@@ -7,7 +7,7 @@ import pytest
 from programs import AllFailProgram, ConditionProgram, toy_lm
 
 from llamppl import run
-from llamppl.inference import importance_sampling, smc_standard, smc_steer
+from llamppl.inference import csmc_standard, importance_sampling, smc_standard, smc_steer
 from llamppl.inference.record import frame_texts
 
 
@@ -68,6 +68,7 @@ ENGINES = {
     "smc_standard": lambda m, **kw: smc_standard(m, 6, 1.0, seed=1, **kw),
     "smc_steer": lambda m, **kw: smc_steer(m, 6, 2, seed=1, **kw),
     "importance_sampling": lambda m, **kw: importance_sampling(m, 6, seed=1, **kw),
+    "csmc_standard": lambda m, **kw: csmc_standard(m, 6, None, seed=1, **kw),
 }
 
 
@@ -88,7 +89,7 @@ def test_record_true_keeps_a_genealogy_that_matches_the_texts(tmp_path, name):
             assert texts[t][i].startswith(texts[t - 1][p["parent"]]), (t, p, parent)
             assert "append" in p and "text" not in p
             assert p["died"] == (p["log_weight"] is None)
-            if name == "smc_standard" and record["steps"][t - 1]["resampled"]:
+            if name in ("smc_standard", "csmc_standard") and record["steps"][t - 1]["resampled"]:
                 assert not parent["died"]  # resampling never picks a dead particle
     assert texts[-1] == [q.string_for_serialization() for q in result.particles]
     written = result.to_json(tmp_path / "out" / "r.json")

@@ -308,7 +308,7 @@ def test_low_precision_matches_fresh_forward_in_the_same_dtype(tokenizer, arch, 
     model = _model(CONFIGS[arch], "eager", dtype=dtype)
     lm = CachedCausalLM(model, tokenizer)
     contexts = _tree()
-    got = lm._next_token_logprobs_batch(contexts)
+    got = lm.next_token_logprobs_batch(contexts)
     n_layers = model.config.num_hidden_layers
     for g, c in zip(got, contexts):
         assert g.dtype == torch.float32
@@ -347,11 +347,11 @@ def test_host_device_transfers_per_step_do_not_grow_with_particles(tokenizer):
     for n in (2, 8, 32):
         lm.clear_cache()
         prompt = tuple(range(3, 20))
-        lm._next_token_logprobs_batch([prompt])
+        lm.next_token_logprobs_batch([prompt])
         steps = [prompt + (3 + i % 90,) for i in range(n)]
         uploads = lm.stats.uploads
         with _TransferCounter() as counter:
-            out = lm._next_token_logprobs_batch(steps)
+            out = lm.next_token_logprobs_batch(steps)
         assert lm.stats.uploads - uploads == 1
         assert all(o.device == lm.device for o in out)
         counts[n] = counter.count

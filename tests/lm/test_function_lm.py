@@ -115,9 +115,9 @@ def test_sixteen_concurrent_awaits_are_one_batch():
     seen = []
 
     class Recording(FunctionLM):
-        def _next_token_logprobs_batch(self, contexts):
+        def next_token_logprobs_batch(self, contexts):
             seen.append(list(contexts))
-            return super()._next_token_logprobs_batch(contexts)
+            return super().next_token_logprobs_batch(contexts)
 
     lm = Recording(VOCAB, 4, lambda ctx: [0.0] * 5)
 
@@ -128,6 +128,42 @@ def test_sixteen_concurrent_awaits_are_one_batch():
     assert lm.batch_calls == 1 and len(seen) == 1
     assert len(seen[0]) == 8  # duplicates are served once
     assert len(outs) == 16 and all(o.shape == (5,) for o in outs)
+
+
+@pytest.mark.parametrize("name", ["next_token_logprobs_batch", "_next_token_logprobs_batch"])
+def test_the_backend_hook_answers_to_its_public_and_its_earlier_name(name):
+    # A subclass overriding either name (and calling super() by the same name) is the
+    # one the base class calls, and both names reach that override.
+    seen = []
+
+    def hook(self, contexts):
+        seen.append(list(contexts))
+        return getattr(super(Hooked, self), name)(contexts)
+
+    Hooked = type("Hooked", (FunctionLM,), {name: hook})
+    lm = Hooked(VOCAB, 4, lambda ctx: [0.0, 1.0, 2.0, 3.0, 4.0])
+    lm.batch_next_token_logprobs([[0], [1]])
+    assert asyncio.run(lm.next_token_logprobs([2])).shape == (5,)
+    lm.next_token_logprobs_batch([(3,)])
+    lm._next_token_logprobs_batch([(4,)])
+    assert seen == [[(0,), (1,)], [(2,)], [(3,)], [(4,)]]
+    assert torch.equal(
+        lm.next_token_logprobs_batch([(0,)])[0],
+        make_lm(lambda c: [0, 1, 2, 3, 4]).next_token_logprobs_sync([0]),
+    )
+
+
+def test_a_backend_without_the_hook_names_it():
+    from llamppl.lm.base import LanguageModel
+
+    class NoHook(LanguageModel):
+        vocab = ["a"]
+        eos_token_id = 0
+
+    with pytest.raises(
+        NotImplementedError, match=r"NoHook must implement next_token_logprobs_batch"
+    ):
+        NoHook().batch_next_token_logprobs([[0]])
 
 
 def test_backend_error_reaches_every_awaiter():
