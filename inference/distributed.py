@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import numbers
 import os
 import sys
 import time
@@ -36,7 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamppl.validation import is_integer
+from llamppl.validation import is_integer, is_real
 
 __all__ = ["Job", "JobResult", "jobs_grid", "run_job", "run_many"]
 
@@ -340,7 +339,7 @@ def _check_timeout(timeout: float | None) -> float | None:
     """``timeout`` as a positive finite float of seconds, or None."""
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+    if not is_real(timeout):
         raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
     if not (math.isfinite(timeout) and timeout > 0):
         raise ValueError(

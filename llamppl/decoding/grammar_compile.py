@@ -41,6 +41,8 @@ import json
 from collections import OrderedDict
 from typing import Any
 
+from llamppl.validation import is_integer
+
 from .json_check import SchemaCheck, normalize_schema
 
 __all__ = [
@@ -191,7 +193,7 @@ def cap_sizes(node: Any, max_length: int | None, max_items: int | None) -> Any:
 
 
 def _check_budget(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+    if value is not None and (not is_integer(value) or value < 1):
         raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
 
 
