@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import re
 
-import torch
-
 from llamppl import CachedCausalLM, LMContext, Model, run
 from llamppl.inference import smc_steer
 
@@ -64,13 +62,8 @@ def main() -> None:
         "--max-letters", type=int, default=7, help="longest allowed word (Unicode letters)"
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
-    )
     args = parser.parse_args()
 
-    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
-        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     messages = [
         {"role": "system", "content": args.system},

@@ -66,13 +66,8 @@ def main() -> None:
         "--baseline-samples", type=int, default=3, help="sampled token-masking runs"
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
-    )
     args = parser.parse_args()
 
-    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
-        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     constraint = max_word_length(args.max_letters)
     rng = np.random.default_rng(args.seed)

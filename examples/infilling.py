@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from llamppl import CachedCausalLM, run
 from llamppl.inference import smc_steer
 from llamppl.models import Infilling
@@ -39,13 +37,8 @@ def main() -> None:
         "--no-correction", action="store_true", help="drop 2^{|h|+1}: prior on short holes"
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
-    )
     args = parser.parse_args()
 
-    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
-        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     model = Infilling.from_template(
         lm,

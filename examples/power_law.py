@@ -69,9 +69,6 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
-    )
-    parser.add_argument(
         "--fast", action="store_true", help="1 sample of 4 tokens per setting (smoke test)"
     )
     args = parser.parse_args()
@@ -80,8 +77,6 @@ def main() -> None:
     if args.samples < 1 or args.max_new_tokens < 1:
         parser.error("--samples and --max-new-tokens must be positive integers")
 
-    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
-        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     model, tok = lm.model, lm.tokenizer
     settings = [("plain", 1.0, None), ("temperature 1.5", 1.5, None)] + [

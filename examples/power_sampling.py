@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import torch
-
 from llamppl import CachedCausalLM, run
 from llamppl.models import low_temperature_decode, mh_power_sampling, power_smc
 
@@ -41,17 +39,12 @@ def main() -> None:
     parser.add_argument("--mh-block-size", type=int, default=6, help="B, MH block length")
     parser.add_argument("--mh-steps", type=int, default=5, help="M, MH moves per block")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
-    )
     parser.add_argument("--fast", action="store_true", help="tiny settings for a smoke test")
     args = parser.parse_args()
     if args.fast:
         args.particles, args.max_tokens, args.ramp_tokens = 4, 6, 2
         args.mh_block_size, args.mh_steps = 3, 2
 
-    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
-        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     messages = [{"role": "user", "content": args.question}]
     prompt = lm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

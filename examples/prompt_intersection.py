@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import re
 
-import torch
-
 from llamppl import CachedCausalLM, run
 from llamppl.inference import smc_steer
 from llamppl.models import PromptIntersection
@@ -44,13 +42,8 @@ def main() -> None:
         help="Feynman–Kac formulation(s) to run",
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
-    )
     args = parser.parse_args()
 
-    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
-        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     print("Prompts: " + " | ".join(repr(p) for p in args.prompts))
     proposals = ["first", "product"] if args.proposal == "both" else [args.proposal]

@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import re
 
-import torch
-
 from llamppl import CachedCausalLM, LMContext, Model, run
 from llamppl.inference import smc_steer
 
@@ -44,14 +42,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=30, help="tokens per particle at most")
     parser.add_argument("--max-letters", type=int, default=5, help="longest allowed word")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
-    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args()
 
-    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
-        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     model = NoLongWords(lm, args.prompt, args.max_letters, args.max_tokens)
     result = run(

@@ -70,16 +70,11 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens per answer")
     parser.add_argument("--draft-layers", type=int, default=12, help="layers kept in the draft")
     parser.add_argument("--runs", type=int, default=3, help="seeds per method")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
-    )
     parser.add_argument("--fast", action="store_true", help="tiny settings for a smoke test")
     args = parser.parse_args()
     if args.fast:
         args.n, args.block, args.max_tokens, args.runs, args.beam_width = 2, 2, 4, 1, 2
 
-    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
-        torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}")
     target = CachedCausalLM.default()
     draft = truncated_draft(target, args.draft_layers)

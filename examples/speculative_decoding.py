@@ -46,15 +46,10 @@ def main() -> None:
     parser.add_argument("--keep-last", type=int, default=14, help="last layers in the draft")
     parser.add_argument("--draft-temp", type=float, default=1.0, help="draft temperature")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
-    )
     parser.add_argument("--fast", action="store_true", help="tiny run (CI smoke test)")
     args = parser.parse_args()
     if args.fast:
         args.particles, args.k, args.max_tokens = 2, 2, 4
-    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
-        torch.set_num_threads(args.threads)
 
     target = CachedCausalLM.default()
     draft = skip_middle_draft(target, args.keep_first, args.keep_last)

@@ -44,13 +44,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=40, help="token budget of the JSON")
     parser.add_argument("--samples", type=int, default=4, help="local-masking samples (batch)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the run")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (None: llamppl's default)"
-    )
     args = parser.parse_args()
 
-    if args.threads is not None:  # else the library's choice, see docs/quickstart.md
-        torch.set_num_threads(args.threads)
     lm = CachedCausalLM.default()
     request = f"Extract the person (name, age, city) from this sentence as JSON: {args.sentence}"
     prompt = lm.tokenizer.apply_chat_template(
