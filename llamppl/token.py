@@ -158,8 +158,7 @@ def _serve_group(requests: list[tuple], positions: list[int], out: list) -> None
         ks = by_op["masses"]
         rows = torch.stack([requests[k][1] for k in ks])  # [n, V]
         masks = torch.stack([requests[k][2] for k in ks])  # [n, V] bool
-        inside = torch.logsumexp(rows.masked_fill(~masks, -torch.inf), dim=-1)
-        outside = torch.logsumexp(rows.masked_fill(masks, -torch.inf), dim=-1)
+        inside, outside = _log_masses(rows, masks)
         parts += [inside.double(), outside.double()]
     values = torch.cat(parts).tolist()  # the round's one host read
     at = 0
@@ -182,7 +181,24 @@ def _draw(rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     cdf = torch.cumsum(probs, dim=1)  # [n, V]
     ids = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]  # [n]
     ids = ids.clamp_(max=rows.shape[1] - 1)
-    positive = probs > 0  # [n, V]
-    last = rows.shape[1] - 1 - positive.flip(1).to(torch.uint8).argmax(dim=1)  # last positive id
-    # u·total rounded onto the float boundary at the top: take the last possible entry
-    return torch.where(positive.gather(1, ids[:, None])[:, 0], ids, last)
+    # u·total rounded onto the float boundary at the top lands on a zero entry: take the
+    # first id where the CDF reaches its total instead (a positive entry: the CDF rose there)
+    top = torch.searchsorted(cdf, cdf[:, -1:].contiguous(), right=False)[:, 0]  # [n]
+    return torch.where(probs.gather(1, ids[:, None])[:, 0] > 0, ids, top)
+
+
+def _log_masses(rows: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, ``logsumexp`` of ``rows`` inside and outside ``masks`` (``[n, V]``) with ONE ``exp``.
+
+    Each side is shifted by its own maximum ``m`` (as ``logsumexp`` does), so
+    ``log Σ_{v∈S} e^{x_v} = m_S + log Σ_{v∈S} e^{x_v - m_S}`` never underflows to ``-inf``
+    while the side has a finite entry.
+    """
+    m_in = rows.masked_fill(~masks, -torch.inf).amax(dim=1, keepdim=True)  # [n, 1]
+    m_out = rows.masked_fill(masks, -torch.inf).amax(dim=1, keepdim=True)
+    m_in = torch.where(torch.isfinite(m_in), m_in, 0.0)  # an empty side sums to 0 -> -inf
+    m_out = torch.where(torch.isfinite(m_out), m_out, 0.0)
+    e = torch.exp(rows - torch.where(masks, m_in, m_out))  # [n, V]
+    inside = torch.log((e * masks).sum(dim=1)) + m_in[:, 0]
+    outside = torch.log((e * ~masks).sum(dim=1)) + m_out[:, 0]
+    return inside, outside

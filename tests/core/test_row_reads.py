@@ -85,3 +85,14 @@ def test_a_round_of_mixed_requests_is_one_call_and_one_read() -> None:
     assert math.isclose(math.exp(inside), 0.05 + 0.15 + 0.2, rel_tol=1e-6)
     assert math.isclose(math.exp(outside), 0.1 + 0.2 + 0.3, rel_tol=1e-6)
     assert out[7][0] in (0, 1)
+
+
+def test_masses_of_a_tiny_side_and_an_empty_side() -> None:
+    row = torch.tensor([0.0, -200.0, -300.0, -math.inf])  # exp(-200) underflows float32
+    tiny = torch.tensor([False, True, True, False])
+    everything = torch.tensor([True, True, True, True])
+    (inside, outside), (all_in, none_out) = serve_rows(
+        [("masses", row, tiny), ("masses", row, everything)]
+    )
+    assert math.isclose(inside, -200.0 + math.log1p(math.exp(-100.0)), rel_tol=1e-6)
+    assert outside == 0.0 and all_in == 0.0 and none_out == -math.inf
