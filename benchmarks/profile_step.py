@@ -13,7 +13,8 @@ another counts only in its own category. Categories:
 ``head``        the LM head product (``model.get_output_embeddings()``)
 ``logsoftmax``  log-softmax of the head's logits
 ``extract``     row extraction: hidden rows to nodes, log-prob rows to requests
-``sampling``    token sampling (``llamppl.token.sample_index``)
+``sampling``    token sampling (``llamppl.token.sample_index``; batched: ``serve_rows``,
+                which also reads the round's mask masses and observed log-probs)
 ``constraint``  the constraint's vectorised mask (``allowed_mask``), part of model code
 ``model``       the rest of the user's ``step`` and the DSL (mask_dist masses, masked log-softmax)
 ``other``       the rest of the step's wall time: engine (weights, resampling, clones), asyncio
@@ -214,6 +215,10 @@ def install(lm, model_cls) -> list:
     for m in patched:
         m.sample_index = PROF.timed(original, "sampling")
         undo.append(lambda m=m: setattr(m, "sample_index", original))
+    serve = getattr(token_module, "serve_rows", None)  # batched row reads (samples, masses)
+    if serve is not None:  # looked up when each event loop's Coalescer is made
+        token_module.serve_rows = PROF.timed(serve, "sampling")
+        undo.append(lambda: setattr(token_module, "serve_rows", serve))
     return undo
 
 

@@ -22,7 +22,7 @@ import torch
 from .distributions import Distribution, token_support
 from .lm.base import LanguageModel, validate_token_ids
 from .rng import current_rng
-from .token import Token, sample_index
+from .token import Token, gather_row, row_masses, sample_row
 
 __all__ = ["LMContext", "LMNextToken", "LMTokenMask", "ContextLogprobs"]
 
@@ -299,15 +299,15 @@ class LMNextToken(Distribution):
 
     async def sample(self, rng=None):
         lp = await self.log_probs()
-        i = sample_index(lp, rng or current_rng())
+        i, log_p = await sample_row(lp, rng or current_rng())  # one draw for all particles
         self.context.extend(i)
-        return Token(self.context.lm, i), float(lp[i])
+        return Token(self.context.lm, i), log_p
 
     async def log_prob(self, value):
         lp = await self.log_probs()
         i = int(value)
         self.context.extend(i)
-        return float(lp[i])
+        return await gather_row(lp, i)
 
     async def support(self):
         return token_support(self.context.lm, await self.log_probs())
@@ -330,9 +330,7 @@ class LMTokenMask(Distribution):
     async def _log_masses(self) -> tuple[float, float]:
         # Conditional on a pending mask m0 (an earlier observation): P(mask | m0), P(~mask | m0).
         lp = await LMNextToken(self.context).log_probs()
-        inside = torch.logsumexp(lp.masked_fill(~self.mask, -math.inf), dim=-1)
-        outside = torch.logsumexp(lp.masked_fill(self.mask, -math.inf), dim=-1)
-        return float(inside), float(outside)
+        return await row_masses(lp, self.mask)
 
     async def sample(self, rng=None):
         inside, outside = await self._log_masses()

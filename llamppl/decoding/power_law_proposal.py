@@ -19,7 +19,7 @@ import torch
 from llamppl.context import LMContext, LMNextToken
 from llamppl.distributions import Distribution
 from llamppl.rng import current_rng
-from llamppl.token import Token, sample_index
+from llamppl.token import Token, gather_row, sample_row
 from llamppl.validation import check_real_range
 
 from .power_law import PowerLawSampler
@@ -93,21 +93,21 @@ class PowerLawProposal(Distribution):
             log_q = torch.logaddexp(log_q + math.log1p(-eps), log_p + math.log(eps))  # [V]
         return log_q, log_p
 
-    def _record(self, log_p: torch.Tensor, i: int) -> None:
-        hist = (*power_law_history(self.context), math.exp(float(log_p[i])))
+    async def _record(self, log_p: torch.Tensor, i: int) -> None:
+        hist = (*power_law_history(self.context), math.exp(await gather_row(log_p, i)))
         self.context.annotate(_HISTORY_ATTR, hist[-self.sampler.queue_size :])
 
     async def sample(self, rng=None):
         log_q, log_p = await self.log_probs()
-        i = sample_index(log_q, rng or current_rng())
-        self._record(log_p, i)
-        return Token(self.context.lm, i), float(log_q[i])
+        i, log_q_i = await sample_row(log_q, rng or current_rng())  # batched with the step
+        await self._record(log_p, i)
+        return Token(self.context.lm, i), log_q_i
 
     async def log_prob(self, value):
         log_q, log_p = await self.log_probs()
         i = int(value)
-        self._record(log_p, i)
-        return float(log_q[i])
+        await self._record(log_p, i)
+        return await gather_row(log_q, i)
 
     async def support(self):
         log_q, _ = await self.log_probs()

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..rng import current_rng
-from ..token import Token, sample_index
+from ..token import Token, gather_row, sample_index, sample_row
 from ..validation import check_unit_interval
 
 __all__ = [
@@ -217,11 +217,11 @@ class TokenCategorical(Distribution):
         self.log_probs = torch.log_softmax(logits, dim=-1)
 
     async def sample(self, rng=None):
-        i = sample_index(self.log_probs, rng or current_rng())
-        return Token(self.lm, i), float(self.log_probs[i])
+        i, log_p = await sample_row(self.log_probs, rng or current_rng())
+        return Token(self.lm, i), log_p
 
     async def log_prob(self, value):
-        return float(self.log_probs[int(value)])
+        return await gather_row(self.log_probs, int(value))
 
     async def support(self):
         return token_support(self.lm, self.log_probs)
@@ -250,12 +250,11 @@ class Transformer(Distribution):
         return lp if self.temp == 1.0 else torch.log_softmax(lp / self.temp, dim=-1)
 
     async def sample(self, rng=None):
-        lp = await self._log_probs()
-        i = sample_index(lp, rng or current_rng())
-        return Token(self.lm, i), float(lp[i])
+        i, log_p = await sample_row(await self._log_probs(), rng or current_rng())
+        return Token(self.lm, i), log_p
 
     async def log_prob(self, value):
-        return float((await self._log_probs())[int(value)])
+        return await gather_row(await self._log_probs(), int(value))
 
     async def support(self):
         return token_support(self.lm, await self._log_probs())

@@ -104,34 +104,49 @@ class FunctionLM(LanguageModel):
         out = self._cache.get(ctx)
         if out is not None:
             return out, True
-        logits = torch.as_tensor(self.logits_fn(ctx), dtype=torch.float64).flatten()
-        if logits.numel() != self.vocab_size:
-            raise ValueError(
-                f"logits_fn returned {logits.numel()} logits for a vocab of {self.vocab_size}"
-            )
-        if torch.isnan(logits).any():
-            raise ValueError(f"logits_fn returned NaN for context {ctx}")
-        if torch.isposinf(logits).any() or not torch.isfinite(logits).any():
-            raise ValueError(
-                f"logits_fn must give finite logits or -inf, with at least one finite, for context {ctx}"
-            )
-        out = torch.log_softmax(logits, dim=0)
-        self._cache[ctx] = out
-        return out, False
+        return self._compute([ctx])[0], False
+
+    def _compute(self, ctxs: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        """Log-probs of new contexts, checked with one host read for all of them (memoised)."""
+        rows = []
+        for ctx in ctxs:
+            logits = torch.as_tensor(self.logits_fn(ctx), dtype=torch.float64).flatten()
+            if logits.numel() != self.vocab_size:
+                raise ValueError(
+                    f"logits_fn returned {logits.numel()} logits for a vocab of {self.vocab_size}"
+                )
+            rows.append(logits)
+        logits = torch.stack(rows)  # [n, V]
+        nan = torch.isnan(logits).any(dim=1)
+        bad = torch.isposinf(logits).any(dim=1) | ~torch.isfinite(logits).any(dim=1)
+        for ctx, is_nan, is_bad in zip(ctxs, *torch.stack([nan, bad]).tolist()):
+            if is_nan:
+                raise ValueError(f"logits_fn returned NaN for context {ctx}")
+            if is_bad:
+                raise ValueError(
+                    "logits_fn must give finite logits or -inf, with at least one finite, "
+                    f"for context {ctx}"
+                )
+        out = list(torch.log_softmax(logits, dim=1).unbind(0))
+        self._cache.update(zip(ctxs, out))
+        return out
 
     def next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
         """One "forward" per batched call (``stats``); memoised contexts count as cache hits."""
         stats = self.stats
         stats.forward_calls += 1
         stats.requests += len(contexts)
-        out = []
+        new = list(dict.fromkeys(c for c in contexts if c not in self._cache))
+        if new:
+            self._compute(new)
+        fresh, out = set(new), []
         for c in contexts:
-            lp, hit = self._logprobs(c)
-            if hit:
-                stats.cache_hits += 1
-            else:
+            if c in fresh:
                 stats.tokens_run += len(c)
-            out.append(lp)
+                fresh.discard(c)  # a repeat within the batch is a cache hit, as before
+            else:
+                stats.cache_hits += 1
+            out.append(self._cache[c])
         return out
 
     def sequence_logprob(self, prompt: Sequence[int], continuation: Sequence[int]) -> float:
