@@ -7,13 +7,9 @@ names are re-exported here, and their old module paths (``llamppl.models.constra
 of the ``llamppl.decoding`` modules, so code written against them keeps working.
 """
 
+import importlib as _importlib
 import sys as _sys
 
-from llamppl.decoding import constraints as _constraints
-from llamppl.decoding import grammar_engine as _grammar_engine
-from llamppl.decoding import grammar_logits as _grammar_logits
-from llamppl.decoding import power_law as _power_law
-from llamppl.decoding import power_law_proposal as _power_law_proposal
 from llamppl.decoding.constraints import Constraint, banned_words, max_word_length, regex_prefix
 from llamppl.decoding.grammar_engine import Grammar, make_grammar
 from llamppl.decoding.grammar_logits import GrammarLogitsProcessor
@@ -33,8 +29,8 @@ from .specs import beam_search, specs
 from .speculative import SpeculativeDecoding, SpeculativeResult, speculative_smc
 from .structured import StructuredResult, generate_json
 
-for _module in (_constraints, _grammar_engine, _grammar_logits, _power_law, _power_law_proposal):
-    _sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module
+for _name in ("constraints", "grammar_engine", "grammar_logits", "power_law", "power_law_proposal"):
+    _sys.modules[f"{__name__}.{_name}"] = _importlib.import_module(f"llamppl.decoding.{_name}")
 
 __all__ = [
     "specs",

@@ -45,7 +45,7 @@ A plain callable ``f(text) -> bool`` is wrapped in :class:`PredicateConstraint`,
 whose mask calls ``f`` once per vocabulary entry (fine for small vocabularies,
 slow on 49k tokens). Constraints combine with ``&``::
 
-    from llamppl.models import max_word_length, banned_words
+    from llamppl.decoding import max_word_length, banned_words
     c = max_word_length(5) & banned_words(["rates"])
     c("The Fed says no")                 # True
     mask = c.allowed_mask(lm, "The Fed") # (V,) bool tensor

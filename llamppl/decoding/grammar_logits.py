@@ -13,7 +13,7 @@ probability mass lies ahead (the missing factor is ∏_t G'_t, the potential tha
 compare, or when speed matters more than fidelity::
 
     from llamppl import CachedCausalLM
-    from llamppl.models import GrammarLogitsProcessor
+    from llamppl.decoding.grammar_logits import GrammarLogitsProcessor
     lm = CachedCausalLM.default()
     ids = lm.tokenizer("Answer: ", return_tensors="pt").input_ids
     proc = GrammarLogitsProcessor(lm, regex=r"(yes|no)\\.")

@@ -24,7 +24,7 @@ with the defaults), and 49k such tokens together outweigh the on-target ones.
 
 One sampler, three uses::
 
-    from llamppl.models import PowerLawSampler, PowerLawProposal
+    from llamppl.decoding import PowerLawSampler, PowerLawProposal
     sampler = PowerLawSampler(target=0.2, width=0.1)
     draw = sampler.sample(logits, rng)                    # (a) [B, V] logits, per-row history
     model.generate(ids, do_sample=True, logits_processor=[sampler])   # (b) Hugging Face

@@ -5,7 +5,7 @@ probabilities for the particle's own adaptive target (PL-2), optionally mixed
 with the LM (defensive importance sampling). Its log-density is exact, so the
 weight ``p(v) / q(v)`` is exact and SMC still targets the program's posterior::
 
-    from llamppl.models import PowerLawProposal, PowerLawSampler
+    from llamppl.decoding import PowerLawProposal, PowerLawSampler
     sampler = PowerLawSampler(target=0.2, width=0.1, min_p=0.05)
     token = await self.sample(ctx.next_token(), proposal=PowerLawProposal(ctx, sampler, defensive=0.1))
 """
