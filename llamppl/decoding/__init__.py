@@ -12,8 +12,8 @@ distributions but are not programs.
   the power-law token sampler and its use as an exact SMC proposal.
 
 This floor sits above the DSL (it may import ``llamppl.context``, ``llamppl.lm``) and below
-``llamppl.inference`` and ``llamppl.models``; the library programs re-export its public names
-(``from llamppl.models import PowerLawSampler`` keeps working)::
+the engines and the library programs, which re-export its public names (the old
+``llamppl.models`` spellings keep working)::
 
     from llamppl.decoding import max_word_length, PowerLawSampler
 """

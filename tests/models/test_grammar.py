@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from grammar_lms import wavy_logits
 
 from llamppl import FunctionLM, run
 from llamppl.decoding.grammar_engine import mask_batcher
@@ -24,18 +25,6 @@ LARK = """
 start: expr
 expr: "a" | "(" expr "+" expr ")"
 """
-
-
-def _wavy(n_vocab):
-    eos = n_vocab - 1
-
-    def logits(ctx):
-        n, last = len(ctx), ctx[-1]
-        out = [math.sin(1.3 * i + 0.7 * n + 0.4 * last) for i in range(eos)]
-        out[0] = -math.inf  # BOS is never generated
-        return out + [-0.8 + 0.4 * n]
-
-    return logits
 
 
 def _log_softmax(z):
@@ -92,7 +81,7 @@ CASES = {
 
 
 def _lm(vocab):
-    return FunctionLM(vocab, len(vocab) - 1, _wavy(len(vocab)), bos_token_id=0)
+    return FunctionLM(vocab, len(vocab) - 1, wavy_logits(len(vocab)), bos_token_id=0)
 
 
 def _model(case, proposal, lm=None):
@@ -106,7 +95,9 @@ def _model(case, proposal, lm=None):
 @pytest.mark.parametrize("proposal", ["mask", "sample"])
 def test_enumerate_exact_equals_brute_force(case, proposal):
     c = CASES[case]
-    log_z, post = _brute_force(c["vocab"], _wavy(len(c["vocab"])), c["member"], c["max_tokens"])
+    log_z, post = _brute_force(
+        c["vocab"], wavy_logits(len(c["vocab"])), c["member"], c["max_tokens"]
+    )
     assert len(post) >= 3  # a non-trivial language within the budget
     exact = run(enumerate_exact(_model(case, proposal)))
     assert exact.log_ml == pytest.approx(log_z, abs=1e-9)

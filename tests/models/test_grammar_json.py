@@ -13,6 +13,8 @@ import pytest
 pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
 
+from grammar_lms import wavy_logits  # noqa: E402
+
 from llamppl import FunctionLM, run  # noqa: E402
 from llamppl.decoding import grammar_engine  # noqa: E402
 from llamppl.decoding.grammar_compile import Grammar, cap_sizes, json_grammar  # noqa: E402
@@ -31,25 +33,13 @@ RELAXED = {
 }
 
 
-def _wavy(n_vocab):
-    eos = n_vocab - 1
-
-    def logits(ctx):
-        n, last = len(ctx), ctx[-1]
-        out = [math.sin(1.3 * i + 0.7 * n + 0.4 * last) for i in range(eos)]
-        out[0] = -math.inf  # BOS is never generated
-        return out + [-0.8 + 0.4 * n]
-
-    return logits
-
-
 def _lm(vocab):
-    return FunctionLM(vocab, len(vocab) - 1, _wavy(len(vocab)), bos_token_id=0)
+    return FunctionLM(vocab, len(vocab) - 1, wavy_logits(len(vocab)), bos_token_id=0)
 
 
 def _brute_force(vocab, in_language, max_tokens):
     """log Z and p(y | y ∈ L), summing p(seq EOS) over EVERY sequence of < max_tokens tokens."""
-    eos, lm_fn = len(vocab) - 1, _wavy(len(vocab))
+    eos, lm_fn = len(vocab) - 1, wavy_logits(len(vocab))
     acc: dict[str, float] = {}
 
     def visit(ctx, text, logp):
