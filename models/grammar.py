@@ -135,6 +135,10 @@ class GrammarConstraint(Model):
         64, part of the target; :mod:`llamppl.decoding.grammar_compile`); None: unbounded.
     max_array_items : int | None
         For ``json_schema``: items per free array (default 8, same size budget).
+    closed_objects : bool
+        For ``json_schema``: objects that list ``properties`` get only those keys, and a
+        map's keys at most ``max_string_length`` characters (default True, same size
+        budget; :mod:`llamppl.decoding.schema_budget`); False: open objects.
 
     Attributes
     ----------
@@ -166,6 +170,7 @@ class GrammarConstraint(Model):
         whitespace: str = "compact",
         max_string_length: int | None = MAX_STRING_LENGTH,
         max_array_items: int | None = MAX_ARRAY_ITEMS,
+        closed_objects: bool = True,
     ) -> None:
         super().__init__()
         if proposal not in PROPOSALS:
@@ -178,6 +183,7 @@ class GrammarConstraint(Model):
             whitespace=whitespace,
             max_string_length=max_string_length,
             max_array_items=max_array_items,
+            closed_objects=closed_objects,
         )
         self.max_tokens = (
             None if max_tokens is None else check_positive_int("max_tokens", max_tokens)

@@ -119,6 +119,7 @@ def generate_json(
     whitespace: str = "compact",
     max_string_length: int | None = MAX_STRING_LENGTH,
     max_array_items: int | None = MAX_ARRAY_ITEMS,
+    closed_objects: bool = True,
     chat: bool = False,
     ess_threshold: float = 0.5,
     resampling: str = "systematic",
@@ -152,6 +153,10 @@ def generate_json(
         part of the target, default 64; ``None``: unbounded (see the docs).
     max_array_items : int | None
         Items per free array (no ``maxItems``), the same size budget, default 8.
+    closed_objects : bool
+        Objects that list ``properties`` get only those keys (XGrammar's default
+        ``strict_mode``), and a map's keys at most ``max_string_length`` characters: the
+        same size budget, default True; ``False``: JSON Schema's open objects.
     chat : bool
         Build the prompt with the LM's chat template, JSONSchemaBench's instruction
         as system message and the schema in the user message (:func:`schema_prompt`).
@@ -178,6 +183,7 @@ def generate_json(
         whitespace=whitespace,
         max_string_length=max_string_length,
         max_array_items=max_array_items,
+        closed_objects=closed_objects,
     )
     result = run(
         smc_standard(

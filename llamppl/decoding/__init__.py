@@ -3,8 +3,10 @@ distributions but are not programs.
 
 - :mod:`~llamppl.decoding.constraints` — prefix constraints on text with vectorised
   next-token masks (``max_word_length``, ``banned_words``, ``regex_prefix``);
-- :mod:`~llamppl.decoding.grammar_compile` and :mod:`~llamppl.decoding.json_check` — JSON Schema
-  compilation (exact and relaxed tiers, size budget, cache) and the exact validity check;
+- :mod:`~llamppl.decoding.grammar_compile`, :mod:`~llamppl.decoding.schema_budget` and
+  :mod:`~llamppl.decoding.json_check` — JSON Schema compilation (exact and relaxed tiers,
+  cache), the size budget (short strings and arrays, closed objects) and the exact
+  validity check;
 - :mod:`~llamppl.decoding.grammar_engine` — the llguidance adapter (JSON Schema, regex,
   Lark): grammars, matchers, batched masks;
 - :mod:`~llamppl.decoding.grammar_logits` — the local-masking HF ``LogitsProcessor``;

@@ -14,16 +14,14 @@ JSON Schemas compile in two tiers (``Grammar.from_json_schema``):
    :class:`~llamppl.models.GrammarConstraint` applies at EOS, so the target stays the
    LM conditioned on validity.
 
-A **size budget** is part of the grammar, not of the check: free strings (type
-``string`` without ``maxLength``, ``pattern``, ``format``, ``enum`` or ``const``) get
-``maxLength`` = ``max_string_length`` (default :data:`MAX_STRING_LENGTH` = 64) and
-free arrays (no ``maxItems``) get ``maxItems`` = ``max_array_items`` (default
-:data:`MAX_ARRAY_ITEMS` = 8), raised to ``minLength``/``minItems`` where larger, in the
-schema given to llguidance only. The target becomes the LM conditioned on validity
-*and* on that size budget — a documented sub-language, sampled exactly — because a
-small LM inside a free string or array rarely closes it, and every particle then
-dies at the token budget
-(``docs/programs/structured.md`` argues the choice). ``None`` turns it off.
+A **size budget** (:mod:`llamppl.decoding.schema_budget`: free strings of at most
+``max_string_length`` characters, free arrays of at most ``max_array_items`` items,
+objects with only their listed keys) is part of the grammar, not of the check: the
+target becomes the LM conditioned on validity *and* on that budget, a documented
+sub-language sampled exactly, because a small LM inside a free string, array or
+object rarely closes it and every particle then dies at the token budget
+(``docs/programs/structured.md`` argues the choice). ``None`` / ``closed_objects=False``
+turn its parts off.
 
 Only what even the relaxed compiler refuses raises ``ValueError``, naming the keyword
 or feature llguidance names. Compiled grammars are cached per schema and options
@@ -44,6 +42,7 @@ from typing import Any
 from llamppl.validation import is_integer
 
 from .json_check import SchemaCheck, normalize_schema
+from .schema_budget import MAX_ARRAY_ITEMS, MAX_STRING_LENGTH, budget_schema, cap_sizes
 
 __all__ = [
     "Grammar",
@@ -60,10 +59,6 @@ WHITESPACE = ("compact", "flexible")
 _RELAX = {"coerce_one_of": True, "lenient": True}
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 256
-MAX_STRING_LENGTH = 64
-MAX_ARRAY_ITEMS = 8
-_STRING_FIXED = ("maxLength", "pattern", "format", "enum", "const")
-_ARRAY_FIXED = ("maxItems", "enum", "const", "prefixItems")
 
 
 def require_llguidance():
@@ -126,6 +121,7 @@ class Grammar:
         relax: bool = True,
         max_string_length: int | None = MAX_STRING_LENGTH,
         max_array_items: int | None = MAX_ARRAY_ITEMS,
+        closed_objects: bool = True,
     ) -> Grammar:
         """JSON Schema given as a dict, a JSON string, or a pydantic model class (cached)."""
         return json_grammar(
@@ -134,6 +130,7 @@ class Grammar:
             relax=relax,
             max_string_length=max_string_length,
             max_array_items=max_array_items,
+            closed_objects=closed_objects,
         )
 
     @classmethod
@@ -169,27 +166,16 @@ def _compile(schema: dict, options: dict) -> tuple[str | None, str | None]:
     return (None, error) if error else (spec, None)
 
 
-def _has_type(node: dict, name: str) -> bool:
-    kind = node.get("type")
-    return kind == name or (isinstance(kind, list) and name in kind)
-
-
-def cap_sizes(node: Any, max_length: int | None, max_items: int | None) -> Any:
-    """A copy of a schema with the size budget: free strings get ``maxLength =
-    max(max_length, minLength)``, free arrays ``maxItems = max(max_items, minItems)``."""
-    if isinstance(node, list):
-        return [cap_sizes(v, max_length, max_items) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: cap_sizes(v, max_length, max_items) for k, v in node.items()}
-    for limit, name, low_key, fixed, high_key in (
-        (max_length, "string", "minLength", _STRING_FIXED, "maxLength"),
-        (max_items, "array", "minItems", _ARRAY_FIXED, "maxItems"),
-    ):
-        if limit is not None and _has_type(node, name) and not any(k in node for k in fixed):
-            low = node.get(low_key, 0)
-            out[high_key] = max(limit, low if isinstance(low, int) else 0)
-    return out
+def _compile_tiers(
+    schema: dict, options: dict, relax: bool
+) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """(spec, last error, why the exact tier failed): exact tier, then relaxed if allowed."""
+    spec, error = _compile(schema, options)
+    reasons: tuple[str, ...] = ()
+    if spec is None and relax:
+        reasons = (error,)
+        spec, error = _compile(schema, {**options, **_RELAX})
+    return spec, error, reasons
 
 
 def _check_budget(name: str, value: Any) -> None:
@@ -204,6 +190,7 @@ def json_grammar(
     relax: bool = True,
     max_string_length: int | None = MAX_STRING_LENGTH,
     max_array_items: int | None = MAX_ARRAY_ITEMS,
+    closed_objects: bool = True,
 ) -> Grammar:
     """The (cached) :class:`Grammar` of a JSON Schema: exact tier, else relaxed tier.
 
@@ -218,11 +205,17 @@ def json_grammar(
         Fall back to the relaxed tier (module docstring) when the exact one fails.
     max_string_length, max_array_items : int | None
         The size budget (module docstring); ``None``: unbounded.
+    closed_objects : bool
+        Objects that list ``properties`` get no other keys, and a map's keys at most
+        ``max_string_length`` characters (:func:`~llamppl.decoding.schema_budget.close_objects`,
+        XGrammar's default ``strict_mode``); ``False``: JSON Schema's open objects.
     """
     if whitespace not in WHITESPACE:
         raise ValueError(f"whitespace must be one of {WHITESPACE}, got {whitespace!r}")
     if not isinstance(relax, bool):
         raise TypeError(f"relax must be a bool, got {type(relax).__name__}")
+    if not isinstance(closed_objects, bool):
+        raise TypeError(f"closed_objects must be a bool, got {type(closed_objects).__name__}")
     _check_budget("max_string_length", max_string_length)
     _check_budget("max_array_items", max_array_items)
     schema = normalize_schema(schema)
@@ -232,19 +225,20 @@ def json_grammar(
         relax,
         max_string_length,
         max_array_items,
+        closed_objects,
     )
     grammar = _CACHE.get(key)
     if grammar is not None:
         _CACHE.move_to_end(key)
         return grammar
     options = {"whitespace_flexible": whitespace == "flexible"}
-    engine_schema = cap_sizes(schema, max_string_length, max_array_items)
-    spec, error = _compile(engine_schema, options)
-    reasons: tuple[str, ...] = ()
-    if spec is None and relax:
-        spec, relaxed_error = _compile(engine_schema, {**options, **_RELAX})
-        reasons = (error,)
-        error = relaxed_error
+    spec, error, reasons = _compile_tiers(
+        budget_schema(schema, max_string_length, max_array_items, closed_objects), options, relax
+    )
+    if spec is None and closed_objects:  # closing made it unsatisfiable: the open budget
+        spec, _, reasons = _compile_tiers(
+            budget_schema(schema, max_string_length, max_array_items, False), options, relax
+        )
     if spec is None:
         raise ValueError(
             f"invalid json_schema: llguidance cannot express it{' even relaxed' if relax else ''}: "

@@ -320,10 +320,12 @@ def make_grammar(
     whitespace: str = "compact",
     max_string_length: int | None = MAX_STRING_LENGTH,
     max_array_items: int | None = MAX_ARRAY_ITEMS,
+    closed_objects: bool = True,
 ) -> Grammar:
     """A :class:`Grammar` from exactly one of ``grammar``, ``json_schema``, ``regex``, ``lark``.
 
-    ``whitespace`` (``"compact"`` or ``"flexible"``) and ``max_string_length`` apply to
+    ``whitespace`` (``"compact"`` or ``"flexible"``) and the size budget
+    (``max_string_length``, ``max_array_items``, ``closed_objects``) apply to
     ``json_schema`` (:func:`~llamppl.decoding.grammar_compile.json_grammar`).
     """
     given = {
@@ -355,6 +357,7 @@ def make_grammar(
             whitespace=whitespace,
             max_string_length=max_string_length,
             max_array_items=max_array_items,
+            closed_objects=closed_objects,
         )
     return {
         "regex": Grammar.from_regex,

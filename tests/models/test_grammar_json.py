@@ -16,9 +16,10 @@ jsonschema = pytest.importorskip("jsonschema")
 from grammar_lms import wavy_logits  # noqa: E402
 
 from llamppl import FunctionLM, run  # noqa: E402
-from llamppl.decoding import grammar_engine  # noqa: E402
+from llamppl.decoding import grammar_compile, grammar_engine  # noqa: E402
 from llamppl.decoding.grammar_compile import Grammar, cap_sizes, json_grammar  # noqa: E402
 from llamppl.decoding.grammar_engine import MatcherState, allowed_masks  # noqa: E402
+from llamppl.decoding.schema_budget import close_objects  # noqa: E402
 from llamppl.inference import enumerate_exact  # noqa: E402
 from llamppl.models import GrammarConstraint, generate_json  # noqa: E402
 from llamppl.models.structured import schema_prompt  # noqa: E402
@@ -205,3 +206,75 @@ def test_bad_json_options_and_chat_without_template():
         schema_prompt(_lm(DIGITS), "", {"type": "integer"})
     with pytest.raises(TypeError, match="chat"):
         generate_json(_lm(DIGITS), [], {"type": "integer"}, chat="yes")
+
+
+KEYS = ["<s>", "{", "}", '"a":1', '"b":1', ",", "<eos>"]
+LISTED = {"type": "object", "properties": {"a": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_closed_objects_are_part_of_the_target(closed):
+    """Closed objects (the default) keep only listed keys; the posterior is exact for it."""
+
+    def member(text):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return False
+        listed = closed is False or set(obj) <= {"a"}
+        return jsonschema.Draft202012Validator(LISTED).is_valid(obj) and listed
+
+    log_z, post = _brute_force(KEYS, member, max_tokens=5)
+    assert ('{"b":1}' in post) is not closed
+    lm = _lm(KEYS)
+    model = GrammarConstraint(lm, [], json_schema=LISTED, max_tokens=5, closed_objects=closed)
+    exact = run(enumerate_exact(model))
+    assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
+    assert set(exact.posterior) == set(post)
+    for text, p in post.items():
+        assert exact.posterior[text] == pytest.approx(p, rel=1e-9, abs=1e-15)
+
+
+def test_close_objects_leaves_conjoined_and_explicit_objects_open():
+    obj = {"type": "object", "properties": {"x": {"type": "string"}}}
+    assert close_objects(obj, 64)["additionalProperties"] is False
+    for open_ in (
+        {**obj, "additionalProperties": True},  # the schema says so
+        {**obj, "required": ["y"]},  # asks for an unlisted key
+        {**obj, "minProperties": 2},
+        {**obj, "anyOf": [{"required": ["x"]}]},  # combinator beside the keywords
+        {**obj, "$ref": "#/definitions/d", "definitions": {"d": {}}},
+    ):
+        assert "additionalProperties" not in close_objects(open_, 64) or open_.get(
+            "additionalProperties"
+        ), open_
+    conj = close_objects({"allOf": [obj, {"properties": {"y": {}}}]}, 64)
+    assert all("additionalProperties" not in branch for branch in conj["allOf"])
+    union = close_objects({"anyOf": [obj, {"type": "integer"}]}, 64)  # alternatives: closed
+    assert union["anyOf"][0]["additionalProperties"] is False
+    shared = {
+        "definitions": {"d": obj, "e": obj},
+        "properties": {"p": {"allOf": [{"$ref": "#/definitions/d"}, {"required": ["z"]}]}},
+        "items": {"$ref": "#/definitions/e"},
+    }
+    out = close_objects(shared, 64)["definitions"]
+    assert "additionalProperties" not in out["d"] and out["e"]["additionalProperties"] is False
+
+
+def test_maps_get_short_keys_and_closed_grammars_compile_or_fall_back(monkeypatch):
+    out = close_objects({"type": "object", "additionalProperties": {"type": "integer"}}, 5)
+    assert out["patternProperties"] == {"^.{0,5}$": {"type": "integer"}}
+    assert out["additionalProperties"] is False
+    grammar = json_grammar(LISTED)
+    lm = _lm(KEYS)
+    assert _consumes(lm, grammar, ["{", '"a":1', "}"])
+    assert not _consumes(lm, grammar, ["{", '"b":1', "}"])
+    assert _consumes(lm, json_grammar(LISTED, closed_objects=False), ["{", '"b":1', "}"])
+    # a closed schema the engine cannot satisfy falls back to the open budget
+    monkeypatch.setattr(
+        grammar_compile, "budget_schema", lambda s, n, m, closed=True: {"not": {}} if closed else s
+    )
+    schema = {"type": "object", "properties": {"c": {"type": "integer"}}}
+    assert _consumes(lm, json_grammar(schema), ["{", "}"])
+    with pytest.raises(TypeError, match="closed_objects must be a bool"):
+        json_grammar(schema, closed_objects=1)

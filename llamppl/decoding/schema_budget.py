@@ -1,0 +1,157 @@
+"""The size budget of a JSON Schema: the sub-language the grammar is compiled from.
+
+A small LM inside a free string, array or object rarely closes it, so every
+particle dies at the token budget. :func:`budget_schema` returns the schema given to
+llguidance (never the one the final ``jsonschema`` check uses), restricted to:
+
+- **strings**: a free string (type ``string`` without ``maxLength``, ``pattern``,
+  ``format``, ``enum`` or ``const``) gets ``maxLength = max(max_string_length,
+  minLength)`` (:func:`cap_sizes`);
+- **arrays**: a free array (no ``maxItems``) gets ``maxItems = max(max_array_items,
+  minItems)`` (:func:`cap_sizes`);
+- **objects**: an object that lists its ``properties`` and says nothing about other
+  keys gets only those keys; a map's free keys are at most ``max_string_length``
+  characters (:func:`close_objects`).
+
+Every text of the budgeted language that passes the original schema's check is
+valid, so the target is the LM conditioned on validity *and* on this budget: a stated
+sub-language, sampled exactly::
+
+    budget_schema({"type": "object", "properties": {"a": {"type": "string"}}}, 64, 8)
+    # {'type': 'object', 'properties': {'a': {'type': 'string', 'maxLength': 64}},
+    #  'additionalProperties': False}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["budget_schema", "cap_sizes", "close_objects", "MAX_STRING_LENGTH", "MAX_ARRAY_ITEMS"]
+
+MAX_STRING_LENGTH = 64
+MAX_ARRAY_ITEMS = 8
+_STRING_FIXED = ("maxLength", "pattern", "format", "enum", "const")
+_ARRAY_FIXED = ("maxItems", "enum", "const", "prefixItems")
+
+
+def _has_type(node: dict, name: str) -> bool:
+    kind = node.get("type")
+    return kind == name or (isinstance(kind, list) and name in kind)
+
+
+def cap_sizes(node: Any, max_length: int | None, max_items: int | None) -> Any:
+    """A copy of a schema with the size budget: free strings get ``maxLength =
+    max(max_length, minLength)``, free arrays ``maxItems = max(max_items, minItems)``."""
+    if isinstance(node, list):
+        return [cap_sizes(v, max_length, max_items) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: cap_sizes(v, max_length, max_items) for k, v in node.items()}
+    for limit, name, low_key, fixed, high_key in (
+        (max_length, "string", "minLength", _STRING_FIXED, "maxLength"),
+        (max_items, "array", "minItems", _ARRAY_FIXED, "maxItems"),
+    ):
+        if limit is not None and _has_type(node, name) and not any(k in node for k in fixed):
+            low = node.get(low_key, 0)
+            out[high_key] = max(limit, low if isinstance(low, int) else 0)
+    return out
+
+
+_CONJOINED = ("allOf", "if", "then", "else", "not", "dependentSchemas", "dependencies")
+_UNIONS = ("anyOf", "oneOf")
+_OPEN_KEYS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+_ANNOTATIONS = ("description", "title", "$comment", "default", "examples", "$schema", "$id", "id")
+
+
+def _children(node: dict, conjoined: bool):
+    """(key, child, child is conjoined) for each child schema of ``node`` (see close_objects)."""
+    keywords = [k for k in node if k not in _ANNOTATIONS]
+    union_only = all(k in _UNIONS for k in keywords)
+    for k, v in node.items():
+        yield k, v, conjoined or k in _CONJOINED or (k in _UNIONS and not union_only)
+
+
+def _conjoined_refs(node: Any, shared: set[str], conjoined: bool = False) -> None:
+    """Add to ``shared`` the local ``$ref`` targets used in a conjoined position."""
+    if isinstance(node, list):
+        for v in node:
+            _conjoined_refs(v, shared, conjoined)
+    elif isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and (conjoined or len(node) > 1):
+            shared.add(ref)
+        for key, child, inner in _children(node, conjoined):
+            for defs in ("definitions", "$defs"):
+                if key == defs and isinstance(child, dict):
+                    for name, sub in child.items():
+                        _conjoined_refs(sub, shared, inner or f"#/{defs}/{name}" in shared)
+                    break
+            else:
+                _conjoined_refs(child, shared, inner)
+
+
+def close_objects(node: Any, max_key_length: int | None) -> Any:
+    """A copy of a schema with closed objects (the object part of the size budget).
+
+    An object schema that lists ``properties`` and says nothing about other keys
+    (no ``additionalProperties``, ``patternProperties`` or ``unevaluatedProperties``)
+    gets ``additionalProperties: false``: only its listed keys, as XGrammar's default
+    ``strict_mode`` does. A pure map (``type: object`` with no ``properties``) keeps
+    free keys, of at most ``max_key_length`` characters (as ``patternProperties``).
+    Schemas *conjoined* with others stay open, because closing one conjunct could
+    exclude every valid object: everything under ``allOf``, ``if``/``then``/``else``,
+    ``not``, dependencies, under ``anyOf``/``oneOf`` beside other keywords, nodes with a
+    ``$ref`` beside other keywords, and local definitions referenced from such places.
+    So do objects whose ``required`` or ``minProperties`` asks for unlisted keys.
+    Every closed object is valid under the original schema, which the final check uses.
+    """
+    shared: set[str] = set()
+    for _ in range(8):  # a shared definition's own references are shared too: fixpoint
+        before = len(shared)
+        _conjoined_refs(node, shared)
+        if len(shared) == before:
+            break
+    return _close(node, max_key_length, shared, False)
+
+
+def _close(node: Any, max_key_length: int | None, shared: set[str], conjoined: bool) -> Any:
+    if isinstance(node, list):
+        return [_close(v, max_key_length, shared, conjoined) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, child, inner in _children(node, conjoined):
+        if key in ("definitions", "$defs") and isinstance(child, dict):
+            out[key] = {
+                name: _close(sub, max_key_length, shared, inner or f"#/{key}/{name}" in shared)
+                for name, sub in child.items()
+            }
+        else:
+            out[key] = _close(child, max_key_length, shared, inner)
+    if conjoined or any(k in node for k in ("$ref", *_CONJOINED, *_UNIONS, *_OPEN_KEYS[1:])):
+        return out
+    props, required = node.get("properties"), node.get("required", [])
+    extra = out.get("additionalProperties", True)
+    if isinstance(props, dict):
+        if "additionalProperties" not in node and isinstance(required, list):
+            if set(required) <= set(props) and "minProperties" not in node:
+                out["additionalProperties"] = False
+    elif _has_type(node, "object") and max_key_length is not None and extra is not False:
+        if not any(k in node for k in ("minProperties", "required", "propertyNames")):
+            out["patternProperties"] = {
+                f"^.{{0,{max_key_length}}}$": {} if extra is True else extra
+            }
+            out["additionalProperties"] = False
+    return out
+
+
+def budget_schema(
+    schema: Any,
+    max_string_length: int | None,
+    max_array_items: int | None,
+    closed: bool = True,
+) -> Any:
+    """The schema llguidance compiles: :func:`close_objects` (if ``closed``), then :func:`cap_sizes`."""
+    if closed:
+        schema = close_objects(schema, max_string_length)
+    return cap_sizes(schema, max_string_length, max_array_items)
