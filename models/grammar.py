@@ -132,9 +132,9 @@ class GrammarConstraint(Model):
         free whitespace.
     max_string_length : int | None
         For ``json_schema``: the size budget, characters per free string (default
-        64, part of the target; :mod:`llamppl.decoding.grammar_compile`); None: unbounded.
+        32, part of the target; :mod:`llamppl.decoding.schema_budget`); None: unbounded.
     max_array_items : int | None
-        For ``json_schema``: items per free array (default 8, same size budget).
+        For ``json_schema``: items per free array (default 4, same size budget).
     closed_objects : bool
         For ``json_schema``: objects that list ``properties`` get only those keys, and a
         map's keys at most ``max_string_length`` characters (default True, same size

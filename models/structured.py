@@ -150,9 +150,9 @@ def generate_json(
         JSON's free whitespace (more texts, longer outputs).
     max_string_length : int | None
         Characters per free string (no ``maxLength``/``pattern``/``format``/``enum``);
-        part of the target, default 64; ``None``: unbounded (see the docs).
+        part of the target, default 32; ``None``: unbounded (see the docs).
     max_array_items : int | None
-        Items per free array (no ``maxItems``), the same size budget, default 8.
+        Items per free array (no ``maxItems``), the same size budget, default 4.
     closed_objects : bool
         Objects that list ``properties`` get only those keys (XGrammar's default
         ``strict_mode``), and a map's keys at most ``max_string_length`` characters: the

@@ -17,8 +17,8 @@ Every text of the budgeted language that passes the original schema's check is
 valid, so the target is the LM conditioned on validity *and* on this budget: a stated
 sub-language, sampled exactly::
 
-    budget_schema({"type": "object", "properties": {"a": {"type": "string"}}}, 64, 8)
-    # {'type': 'object', 'properties': {'a': {'type': 'string', 'maxLength': 64}},
+    budget_schema({"type": "object", "properties": {"a": {"type": "string"}}}, 32, 4)
+    # {'type': 'object', 'properties': {'a': {'type': 'string', 'maxLength': 32}},
     #  'additionalProperties': False}
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 
 __all__ = ["budget_schema", "cap_sizes", "close_objects", "MAX_STRING_LENGTH", "MAX_ARRAY_ITEMS"]
 
-MAX_STRING_LENGTH = 64
-MAX_ARRAY_ITEMS = 8
+MAX_STRING_LENGTH = 32
+MAX_ARRAY_ITEMS = 4
 _STRING_FIXED = ("maxLength", "pattern", "format", "enum", "const")
 _ARRAY_FIXED = ("maxItems", "enum", "const", "prefixItems")
 
