@@ -63,7 +63,7 @@ from typing import Any
 import torch
 
 from llamppl.context import LMContext
-from llamppl.decoding.grammar_compile import MAX_ARRAY_ITEMS, MAX_STRING_LENGTH
+from llamppl.decoding.grammar_compile import MAX_ARRAY_ITEMS, MAX_DECIMALS, MAX_STRING_LENGTH
 from llamppl.decoding.grammar_engine import (
     Grammar,
     MatcherState,
@@ -139,6 +139,9 @@ class GrammarConstraint(Model):
         For ``json_schema``: objects that list ``properties`` get only those keys, and a
         map's keys at most ``max_string_length`` characters (default True, same size
         budget; :mod:`llamppl.decoding.schema_budget`); False: open objects.
+    max_decimals : int | None
+        For ``json_schema``: decimals per free number, and fewer than 16 integer digits
+        where a number has no bound (default 6, same size budget); None: unbounded.
 
     Attributes
     ----------
@@ -171,6 +174,7 @@ class GrammarConstraint(Model):
         max_string_length: int | None = MAX_STRING_LENGTH,
         max_array_items: int | None = MAX_ARRAY_ITEMS,
         closed_objects: bool = True,
+        max_decimals: int | None = MAX_DECIMALS,
     ) -> None:
         super().__init__()
         if proposal not in PROPOSALS:
@@ -184,6 +188,7 @@ class GrammarConstraint(Model):
             max_string_length=max_string_length,
             max_array_items=max_array_items,
             closed_objects=closed_objects,
+            max_decimals=max_decimals,
         )
         self.max_tokens = (
             None if max_tokens is None else check_positive_int("max_tokens", max_tokens)

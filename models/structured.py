@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from llamppl.decoding.grammar_compile import MAX_ARRAY_ITEMS, MAX_STRING_LENGTH
+from llamppl.decoding.grammar_compile import MAX_ARRAY_ITEMS, MAX_DECIMALS, MAX_STRING_LENGTH
 from llamppl.decoding.json_check import normalize_schema
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng
@@ -120,6 +120,7 @@ def generate_json(
     max_string_length: int | None = MAX_STRING_LENGTH,
     max_array_items: int | None = MAX_ARRAY_ITEMS,
     closed_objects: bool = True,
+    max_decimals: int | None = MAX_DECIMALS,
     chat: bool = False,
     ess_threshold: float = 0.5,
     resampling: str = "systematic",
@@ -157,6 +158,9 @@ def generate_json(
         Objects that list ``properties`` get only those keys (XGrammar's default
         ``strict_mode``), and a map's keys at most ``max_string_length`` characters: the
         same size budget, default True; ``False``: JSON Schema's open objects.
+    max_decimals : int | None
+        Decimals per free number, and fewer than 16 integer digits where a number has
+        no bound: the same size budget, default 6; ``None``: unbounded.
     chat : bool
         Build the prompt with the LM's chat template, JSONSchemaBench's instruction
         as system message and the schema in the user message (:func:`schema_prompt`).
@@ -184,6 +188,7 @@ def generate_json(
         max_string_length=max_string_length,
         max_array_items=max_array_items,
         closed_objects=closed_objects,
+        max_decimals=max_decimals,
     )
     result = run(
         smc_standard(

@@ -42,7 +42,13 @@ from typing import Any
 from llamppl.validation import is_integer
 
 from .json_check import SchemaCheck, normalize_schema
-from .schema_budget import MAX_ARRAY_ITEMS, MAX_STRING_LENGTH, budget_schema, cap_sizes
+from .schema_budget import (
+    MAX_ARRAY_ITEMS,
+    MAX_DECIMALS,
+    MAX_STRING_LENGTH,
+    budget_schema,
+    cap_sizes,
+)
 
 __all__ = [
     "Grammar",
@@ -52,6 +58,7 @@ __all__ = [
     "WHITESPACE",
     "MAX_STRING_LENGTH",
     "MAX_ARRAY_ITEMS",
+    "MAX_DECIMALS",
 ]
 
 _INSTALL_HINT = "grammar constraints need the llguidance package: pip install 'llamppl[grammar]'"
@@ -122,6 +129,7 @@ class Grammar:
         max_string_length: int | None = MAX_STRING_LENGTH,
         max_array_items: int | None = MAX_ARRAY_ITEMS,
         closed_objects: bool = True,
+        max_decimals: int | None = MAX_DECIMALS,
     ) -> Grammar:
         """JSON Schema given as a dict, a JSON string, or a pydantic model class (cached)."""
         return json_grammar(
@@ -131,6 +139,7 @@ class Grammar:
             max_string_length=max_string_length,
             max_array_items=max_array_items,
             closed_objects=closed_objects,
+            max_decimals=max_decimals,
         )
 
     @classmethod
@@ -191,6 +200,7 @@ def json_grammar(
     max_string_length: int | None = MAX_STRING_LENGTH,
     max_array_items: int | None = MAX_ARRAY_ITEMS,
     closed_objects: bool = True,
+    max_decimals: int | None = MAX_DECIMALS,
 ) -> Grammar:
     """The (cached) :class:`Grammar` of a JSON Schema: exact tier, else relaxed tier.
 
@@ -209,6 +219,9 @@ def json_grammar(
         Objects that list ``properties`` get no other keys, and a map's keys at most
         ``max_string_length`` characters (:func:`~llamppl.decoding.schema_budget.close_objects`,
         XGrammar's default ``strict_mode``); ``False``: JSON Schema's open objects.
+    max_decimals : int | None
+        Decimals per free number, and fewer than 16 integer digits where a number has no
+        bound (the same budget, default 6); ``None``: unbounded.
     """
     if whitespace not in WHITESPACE:
         raise ValueError(f"whitespace must be one of {WHITESPACE}, got {whitespace!r}")
@@ -218,6 +231,7 @@ def json_grammar(
         raise TypeError(f"closed_objects must be a bool, got {type(closed_objects).__name__}")
     _check_budget("max_string_length", max_string_length)
     _check_budget("max_array_items", max_array_items)
+    _check_budget("max_decimals", max_decimals)
     schema = normalize_schema(schema)
     key = (
         json.dumps(schema, sort_keys=True, default=str),
@@ -226,6 +240,7 @@ def json_grammar(
         max_string_length,
         max_array_items,
         closed_objects,
+        max_decimals,
     )
     grammar = _CACHE.get(key)
     if grammar is not None:
@@ -233,11 +248,15 @@ def json_grammar(
         return grammar
     options = {"whitespace_flexible": whitespace == "flexible"}
     spec, error, reasons = _compile_tiers(
-        budget_schema(schema, max_string_length, max_array_items, closed_objects), options, relax
+        budget_schema(schema, max_string_length, max_array_items, closed_objects, max_decimals),
+        options,
+        relax,
     )
     if spec is None and closed_objects:  # closing made it unsatisfiable: the open budget
         spec, _, reasons = _compile_tiers(
-            budget_schema(schema, max_string_length, max_array_items, False), options, relax
+            budget_schema(schema, max_string_length, max_array_items, False, max_decimals),
+            options,
+            relax,
         )
     if spec is None:
         raise ValueError(

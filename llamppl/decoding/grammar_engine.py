@@ -43,7 +43,13 @@ from llamppl.batching import Coalescer
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import LRU, PerLM
 
-from .grammar_compile import MAX_ARRAY_ITEMS, MAX_STRING_LENGTH, Grammar, require_llguidance
+from .grammar_compile import (
+    MAX_ARRAY_ITEMS,
+    MAX_DECIMALS,
+    MAX_STRING_LENGTH,
+    Grammar,
+    require_llguidance,
+)
 
 __all__ = [
     "Grammar",
@@ -321,11 +327,12 @@ def make_grammar(
     max_string_length: int | None = MAX_STRING_LENGTH,
     max_array_items: int | None = MAX_ARRAY_ITEMS,
     closed_objects: bool = True,
+    max_decimals: int | None = MAX_DECIMALS,
 ) -> Grammar:
     """A :class:`Grammar` from exactly one of ``grammar``, ``json_schema``, ``regex``, ``lark``.
 
     ``whitespace`` (``"compact"`` or ``"flexible"``) and the size budget
-    (``max_string_length``, ``max_array_items``, ``closed_objects``) apply to
+    (``max_string_length``, ``max_array_items``, ``closed_objects``, ``max_decimals``) apply to
     ``json_schema`` (:func:`~llamppl.decoding.grammar_compile.json_grammar`).
     """
     given = {
@@ -358,6 +365,7 @@ def make_grammar(
             max_string_length=max_string_length,
             max_array_items=max_array_items,
             closed_objects=closed_objects,
+            max_decimals=max_decimals,
         )
     return {
         "regex": Grammar.from_regex,

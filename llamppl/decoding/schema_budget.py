@@ -9,6 +9,10 @@ llguidance (never the one the final ``jsonschema`` check uses), restricted to:
   minLength)`` (:func:`cap_sizes`);
 - **arrays**: a free array (no ``maxItems``) gets ``maxItems = max(max_array_items,
   minItems)`` (:func:`cap_sizes`);
+- **numbers**: a free number (no ``multipleOf``, ``enum`` or ``const``) gets at most
+  ``max_decimals`` decimals (``multipleOf = 10**-max_decimals``), and a number or
+  integer with no bound on a side gets fewer than 16 integer digits there
+  (:func:`cap_sizes`);
 - **objects**: an object that lists its ``properties`` and says nothing about other
   keys gets only those keys; a map's free keys are at most ``max_string_length``
   characters (:func:`close_objects`).
@@ -26,10 +30,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["budget_schema", "cap_sizes", "close_objects", "MAX_STRING_LENGTH", "MAX_ARRAY_ITEMS"]
+__all__ = [
+    "budget_schema",
+    "cap_sizes",
+    "close_objects",
+    "MAX_STRING_LENGTH",
+    "MAX_ARRAY_ITEMS",
+    "MAX_DECIMALS",
+]
 
 MAX_STRING_LENGTH = 32
 MAX_ARRAY_ITEMS = 4
+MAX_DECIMALS = 6
+INTEGER_DIGITS = 15
 _STRING_FIXED = ("maxLength", "pattern", "format", "enum", "const")
 _ARRAY_FIXED = ("maxItems", "enum", "const", "prefixItems")
 
@@ -39,14 +52,18 @@ def _has_type(node: dict, name: str) -> bool:
     return kind == name or (isinstance(kind, list) and name in kind)
 
 
-def cap_sizes(node: Any, max_length: int | None, max_items: int | None) -> Any:
+def cap_sizes(
+    node: Any, max_length: int | None, max_items: int | None, max_decimals: int | None = None
+) -> Any:
     """A copy of a schema with the size budget: free strings get ``maxLength =
-    max(max_length, minLength)``, free arrays ``maxItems = max(max_items, minItems)``."""
+    max(max_length, minLength)``, free arrays ``maxItems = max(max_items, minItems)``,
+    free numbers ``multipleOf = 10**-max_decimals``, and numbers and integers without
+    a bound on a side get ``|x| <`` 10**:data:`INTEGER_DIGITS`."""
     if isinstance(node, list):
-        return [cap_sizes(v, max_length, max_items) for v in node]
+        return [cap_sizes(v, max_length, max_items, max_decimals) for v in node]
     if not isinstance(node, dict):
         return node
-    out = {k: cap_sizes(v, max_length, max_items) for k, v in node.items()}
+    out = {k: cap_sizes(v, max_length, max_items, max_decimals) for k, v in node.items()}
     for limit, name, low_key, fixed, high_key in (
         (max_length, "string", "minLength", _STRING_FIXED, "maxLength"),
         (max_items, "array", "minItems", _ARRAY_FIXED, "maxItems"),
@@ -54,6 +71,16 @@ def cap_sizes(node: Any, max_length: int | None, max_items: int | None) -> Any:
         if limit is not None and _has_type(node, name) and not any(k in node for k in fixed):
             low = node.get(low_key, 0)
             out[high_key] = max(limit, low if isinstance(low, int) else 0)
+    numeric = _has_type(node, "number") or _has_type(node, "integer")
+    if max_decimals is not None and numeric and not any(k in node for k in ("enum", "const")):
+        if _has_type(node, "number") and "multipleOf" not in node:
+            out["multipleOf"] = 10.0**-max_decimals
+        bound = 10**INTEGER_DIGITS - 1
+        low, high = node.get("minimum"), node.get("maximum")
+        if high is None and "exclusiveMaximum" not in node and (low is None or low <= bound):
+            out["maximum"] = bound
+        if low is None and "exclusiveMinimum" not in node and (high is None or high >= -bound):
+            out["minimum"] = -bound
     return out
 
 
@@ -150,8 +177,9 @@ def budget_schema(
     max_string_length: int | None,
     max_array_items: int | None,
     closed: bool = True,
+    max_decimals: int | None = None,
 ) -> Any:
     """The schema llguidance compiles: :func:`close_objects` (if ``closed``), then :func:`cap_sizes`."""
     if closed:
         schema = close_objects(schema, max_string_length)
-    return cap_sizes(schema, max_string_length, max_array_items)
+    return cap_sizes(schema, max_string_length, max_array_items, max_decimals)

@@ -194,6 +194,8 @@ def test_schema_too_large_for_the_engine_is_refused_at_construction():
     schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(3000)}}
     lm = _lm(["<s>", "{", '"', "p", "1", ":", "}", "<eos>"])
     with pytest.raises(ValueError, match="exceeds the grammar engine's limits"):
+        GrammarConstraint(lm, [], json_schema=schema, max_decimals=None)  # fails at token 1
+    with pytest.raises(ValueError, match="too big"):  # its 3,000 bounded integers: at compile
         GrammarConstraint(lm, [], json_schema=schema)
 
 
@@ -272,9 +274,60 @@ def test_maps_get_short_keys_and_closed_grammars_compile_or_fall_back(monkeypatc
     assert _consumes(lm, json_grammar(LISTED, closed_objects=False), ["{", '"b":1', "}"])
     # a closed schema the engine cannot satisfy falls back to the open budget
     monkeypatch.setattr(
-        grammar_compile, "budget_schema", lambda s, n, m, closed=True: {"not": {}} if closed else s
+        grammar_compile,
+        "budget_schema",
+        lambda s, n, m, closed=True, d=None: {"not": {}} if closed else s,
     )
     schema = {"type": "object", "properties": {"c": {"type": "integer"}}}
     assert _consumes(lm, json_grammar(schema), ["{", "}"])
     with pytest.raises(TypeError, match="closed_objects must be a bool"):
         json_grammar(schema, closed_objects=1)
+
+
+NUMBERS = ["<s>", "1", "2", ".", "<eos>"]
+
+
+@pytest.mark.parametrize("decimals", [1, None])
+def test_number_budget_is_part_of_the_target(decimals):
+    """Free numbers get at most ``max_decimals`` decimals; the posterior is exact for it."""
+
+    def member(text):
+        frac = r"(\.[12]{1,%s})?" % ("" if decimals is None else decimals)
+        return bool(re.fullmatch(r"[12][12]*" + frac, text))
+
+    log_z, post = _brute_force(NUMBERS, member, max_tokens=5)
+    assert ("1.12" in post) is (decimals is None)
+    model = GrammarConstraint(
+        _lm(NUMBERS), [], json_schema={"type": "number"}, max_tokens=5, max_decimals=decimals
+    )
+    exact = run(enumerate_exact(model))
+    assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
+    assert set(exact.posterior) == set(post)
+    for text, p in post.items():
+        assert exact.posterior[text] == pytest.approx(p, rel=1e-9, abs=1e-15)
+
+
+def test_number_budget_bounds_only_free_sides():
+    capped = cap_sizes(
+        {
+            "properties": {
+                "x": {"type": "number"},
+                "n": {"type": "integer", "minimum": 0},
+                "m": {"type": "number", "multipleOf": 0.5, "exclusiveMaximum": 3},
+                "e": {"type": "number", "enum": [1.25]},
+            }
+        },
+        None,
+        None,
+        max_decimals=6,
+    )["properties"]
+    big = 10**15 - 1
+    assert capped["x"] == {"type": "number", "multipleOf": 1e-6, "maximum": big, "minimum": -big}
+    assert capped["n"] == {"type": "integer", "minimum": 0, "maximum": big}
+    assert capped["m"] == {
+        "type": "number",
+        "multipleOf": 0.5,
+        "exclusiveMaximum": 3,
+        "minimum": -big,
+    }
+    assert capped["e"] == {"type": "number", "enum": [1.25]}
