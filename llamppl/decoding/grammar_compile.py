@@ -16,10 +16,10 @@ JSON Schemas compile in two tiers (``Grammar.from_json_schema``):
 
 A **size budget** (:mod:`llamppl.decoding.schema_budget`: free strings of at most
 ``max_string_length`` characters, free arrays of at most ``max_array_items`` items,
-objects with only their listed keys) is part of the grammar, not of the check: the
+free numbers of at most ``max_decimals`` decimals, objects with only their listed keys) is part of the grammar, not of the check: the
 target becomes the LM conditioned on validity *and* on that budget, a documented
 sub-language sampled exactly, because a small LM inside a free string, array or
-object rarely closes it and every particle then dies at the token budget
+object (or a number) rarely closes it and every particle then dies at the token budget
 (``docs/programs/structured.md`` argues the choice). ``None`` / ``closed_objects=False``
 turn its parts off.
 
