@@ -15,7 +15,9 @@ llguidance (never the one the final ``jsonschema`` check uses), restricted to:
   (:func:`cap_sizes`);
 - **objects**: an object that lists its ``properties`` and says nothing about other
   keys gets only those keys; a map's free keys are at most ``max_string_length``
-  characters (:func:`close_objects`).
+  characters (:func:`close_objects`); a free value (``{}`` where a property's or
+  item's schema goes) is a scalar or an array or map of scalars
+  (:func:`bound_free_values`).
 
 Every text of the budgeted language that passes the original schema's check is
 valid, so the target is the LM conditioned on validity *and* on this budget: a stated
@@ -34,6 +36,8 @@ __all__ = [
     "budget_schema",
     "cap_sizes",
     "close_objects",
+    "bound_free_values",
+    "FREE_VALUE",
     "MAX_STRING_LENGTH",
     "MAX_ARRAY_ITEMS",
     "MAX_DECIMALS",
@@ -172,6 +176,48 @@ def _close(node: Any, max_key_length: int | None, shared: set[str], conjoined: b
     return out
 
 
+_SCALAR = {"anyOf": [{"type": t} for t in ("string", "number", "boolean", "null")]}
+FREE_VALUE = {
+    "anyOf": [
+        *_SCALAR["anyOf"],
+        {"type": "array", "items": _SCALAR},
+        {"type": "object", "additionalProperties": _SCALAR},
+    ]
+}
+"""What a free value (``{}`` or ``true`` where a value's schema goes) becomes in the
+budget: a scalar, or an array or map of scalars (capped like any other)."""
+_VALUE_LISTS = ("prefixItems",)
+_VALUE_MAPS = ("properties", "patternProperties")
+_VALUE_SLOTS = ("items", "additionalProperties")
+
+
+def _free(node: Any) -> bool:
+    return node is True or (isinstance(node, dict) and all(k in _ANNOTATIONS for k in node))
+
+
+def bound_free_values(node: Any) -> Any:
+    """A copy of a schema whose free values (``{}`` or ``true`` as the schema of a
+    property, an item or an additional property) are :data:`FREE_VALUE`: any JSON
+    would let a small LM nest or extend without end."""
+    if isinstance(node, list):
+        return [bound_free_values(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, child in node.items():
+        if key in _VALUE_SLOTS and _free(child):
+            out[key] = FREE_VALUE
+        elif key in _VALUE_MAPS and isinstance(child, dict):
+            out[key] = {
+                k: FREE_VALUE if _free(v) else bound_free_values(v) for k, v in child.items()
+            }
+        elif key in _VALUE_LISTS and isinstance(child, list):
+            out[key] = [FREE_VALUE if _free(v) else bound_free_values(v) for v in child]
+        else:
+            out[key] = bound_free_values(child)
+    return out
+
+
 def budget_schema(
     schema: Any,
     max_string_length: int | None,
@@ -179,7 +225,8 @@ def budget_schema(
     closed: bool = True,
     max_decimals: int | None = None,
 ) -> Any:
-    """The schema llguidance compiles: :func:`close_objects` (if ``closed``), then :func:`cap_sizes`."""
+    """The schema llguidance compiles: :func:`bound_free_values` and :func:`close_objects`
+    (if ``closed``), then :func:`cap_sizes`."""
     if closed:
-        schema = close_objects(schema, max_string_length)
+        schema = close_objects(bound_free_values(schema), max_string_length)
     return cap_sizes(schema, max_string_length, max_array_items, max_decimals)

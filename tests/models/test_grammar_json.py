@@ -19,7 +19,7 @@ from llamppl import FunctionLM, run  # noqa: E402
 from llamppl.decoding import grammar_compile, grammar_engine  # noqa: E402
 from llamppl.decoding.grammar_compile import Grammar, cap_sizes, json_grammar  # noqa: E402
 from llamppl.decoding.grammar_engine import MatcherState, allowed_masks  # noqa: E402
-from llamppl.decoding.schema_budget import close_objects  # noqa: E402
+from llamppl.decoding.schema_budget import FREE_VALUE, bound_free_values, close_objects  # noqa: E402
 from llamppl.inference import enumerate_exact  # noqa: E402
 from llamppl.models import GrammarConstraint, generate_json  # noqa: E402
 from llamppl.models.structured import schema_prompt  # noqa: E402
@@ -331,3 +331,21 @@ def test_number_budget_bounds_only_free_sides():
         "minimum": -big,
     }
     assert capped["e"] == {"type": "number", "enum": [1.25]}
+
+
+FREE = ["<s>", "[", "]", "1", ",", "<eos>"]
+
+
+def test_free_values_are_scalars_or_flat_containers():
+    schema = {"type": "array", "items": {}}
+    assert bound_free_values(schema)["items"] == FREE_VALUE
+    assert bound_free_values({"properties": {"v": True}})["properties"]["v"] == FREE_VALUE
+    assert bound_free_values({"type": "array", "items": {"type": "integer"}})["items"] == {
+        "type": "integer"
+    }
+    lm = _lm(FREE)
+    budgeted, open_ = json_grammar(schema), json_grammar(schema, closed_objects=False)
+    for text, ok in ((["[", "1", ",", "1", "]"], True), (["[", "[", "1", "]", "]"], True)):
+        assert _consumes(lm, budgeted, text) is ok
+    nested = ["[", "[", "[", "1", "]", "]", "]"]  # an array in an array in the free value
+    assert not _consumes(lm, budgeted, nested) and _consumes(lm, open_, nested)
