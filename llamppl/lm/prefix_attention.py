@@ -1,0 +1,277 @@
+"""Attention over a prefix every row of a forward shares, read once per layer instead of once per row.
+
+In an SMC step the N rows of one batched forward usually extend the same
+cached prompt (their bases' common trie path, ``S`` tokens). The per-row
+layout of :mod:`llamppl.lm.batch_plan` copies those ``S`` keys and values into
+every row; here they stay in the :class:`~llamppl.lm.kv_pool.KVPool` (a view
+when their slots are contiguous, else ONE ``index_select``) and each row
+gathers only its own keys past the prefix. :func:`prefix_attention` attends
+every row's queries to both parts and merges them exactly with the
+log-sum-exp rule (the online-softmax merge of Milakov & Gimelshein 2018,
+FlashAttention's eq. in Dao et al. 2022 §3.1): with ``s_p = q·K_pᵀ·scale`` over
+the shared prefix and ``s_r`` over the row's own keys,
+
+    m = max(max s_p, max s_r),  l_x = Σ exp(s_x - m),
+    out = (exp(s_p - m) V_p + exp(s_r - m) V_r) / (l_p + l_r),
+
+which is ``softmax([s_p, s_r]) [V_p; V_r]``, the attention over the whole row.
+
+The cached forward registers :func:`shared_prefix_attention` in transformers'
+``AttentionInterface`` as :data:`ATTENTION_NAME` and switches the model's
+``config._attn_implementation`` to it for that forward only
+(:func:`sharing_prefix`); each layer's :class:`PrefixPoolLayer` hands the
+function its prefix K/V through a :class:`PrefixState`. The path applies to
+``sdpa`` models without sliding windows (:func:`prefix_eligible`); a call
+carrying anything else that changes the scores (soft-capping, sinks, a
+position bias) materialises the rows and runs the model's own ``sdpa``, and a
+model whose layers never call the function is detected afterwards
+(``state.consumed``) so the caller can rerun the forward the per-row way::
+
+    state = PrefixState()
+    layers = [PrefixPoolLayer(pool, l, src, dst, read, width, state, prefix_kv=(start, S))
+              for l in range(pool.n_layers)]
+    with sharing_prefix(model.config, state):
+        model.base_model(..., past_key_values=PoolCache(layers))
+    ok = state.consumed == pool.n_layers and not state.missed
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from .hf_arch import Architecture
+from .kv_pool import KVPool, PoolLayer
+
+__all__ = [
+    "ATTENTION_NAME",
+    "PrefixPoolLayer",
+    "PrefixState",
+    "pool_layers",
+    "prefix_attention",
+    "prefix_eligible",
+    "shared_prefix_attention",
+    "sharing_prefix",
+]
+
+ATTENTION_NAME = "llamppl_shared_prefix"
+#: keyword arguments of an attention call that do not change the scores (None/False/0 values aside)
+NEUTRAL_KWARGS = frozenset(
+    {"dropout", "scaling", "position_ids", "use_cache", "output_router_logits", "cache_position"}
+)
+#: above this many prefix scores (heads x queries x prefix keys) the rows are materialised instead
+MAX_PREFIX_SCORES = 1 << 26
+
+
+class PrefixState:
+    """What the layers of one prefix-sharing forward pass to the attention function.
+
+    ``pending`` holds the current layer's prefix ``(K, V)``, each ``(H_kv, S, D)``,
+    from its cache update until its attention call takes it; ``consumed`` counts
+    the layers whose attention did; ``missed`` counts attention calls that found
+    nothing pending and updates that found the previous layer's prefix unused.
+    """
+
+    def __init__(self) -> None:
+        self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.consumed = 0
+        self.missed = 0
+
+
+ACTIVE: ContextVar[PrefixState | None] = ContextVar("llamppl_prefix_state", default=None)
+
+
+def prefix_eligible(arch: Architecture, attn_implementation: str) -> bool:
+    """Whether :func:`prefix_attention` reproduces the model's attention: ``sdpa``, no windows."""
+    return attn_implementation == "sdpa" and all(w is None for w in arch.windows)
+
+
+class PrefixPoolLayer(PoolLayer):
+    """A :class:`~llamppl.lm.kv_pool.PoolLayer` whose rows hold only their keys past the shared prefix.
+
+    ``prefix_kv`` is ``(start, S)`` when the prefix's slots are ``start, ..., start + S - 1``
+    (its K/V are a view of the pool), or a ``(S,)`` long tensor of its slots (read once).
+    """
+
+    def __init__(
+        self,
+        pool: KVPool,
+        layer: int,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        read: torch.Tensor,
+        width: int,
+        state: PrefixState,
+        prefix_kv: tuple[int, int] | torch.Tensor,
+        prefix: int = 0,
+    ) -> None:
+        super().__init__(pool, layer, src, dst, read, width, prefix)
+        self.state, self.prefix_kv = state, prefix_kv
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        keys, values = super().update(key_states, value_states, *args, **kwargs)
+        if self.state.pending is not None:
+            self.state.missed += 1  # the previous layer's attention never took its prefix
+        if isinstance(self.prefix_kv, torch.Tensor):
+            self.state.pending = self.pool.read(self.layer, self.prefix_kv)  # (H_kv, S, D) once
+        else:
+            start, n = self.prefix_kv
+            pool_k, pool_v = self.pool.k[self.layer], self.pool.v[self.layer]
+            self.state.pending = (pool_k[:, start : start + n], pool_v[:, start : start + n])
+        return keys, values  # (B, H_kv, P' + T, D): the rows past the prefix
+
+
+def pool_layers(
+    pool: KVPool,
+    device: torch.device,
+    index: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    width: int,
+    prefix: int,
+    state: PrefixState | None = None,
+    prefix_kv: tuple[int, int] | torch.Tensor | None = None,
+) -> list[PoolLayer]:
+    """The cache layers of one forward: :class:`PrefixPoolLayer` given a ``state``, else ``PoolLayer``.
+
+    ``index`` is ``(src, dst, read)`` on ``device``; a model split across devices gets a
+    copy per extra device (as does a ``prefix_kv`` tensor of slots).
+    """
+    local = {device: (*index, prefix_kv)}
+    for d in {d for d in pool.layer_devices if d != device}:  # a split model: indices per device
+        at = prefix_kv.to(d) if isinstance(prefix_kv, torch.Tensor) else prefix_kv
+        local[d] = (*(x.to(d) for x in index), at)
+    layers: list[PoolLayer] = []
+    for layer in range(pool.n_layers):
+        src, dst, read, at = local[pool.layer_devices[layer]]
+        if state is None:
+            layers.append(PoolLayer(pool, layer, src, dst, read, width, prefix))
+        else:
+            layers.append(PrefixPoolLayer(pool, layer, src, dst, read, width, state, at, prefix))
+    return layers
+
+
+@contextmanager
+def sharing_prefix(config: Any, state: PrefixState | None) -> Iterator[PrefixState | None]:
+    """Route ``config``'s model through :func:`shared_prefix_attention` with ``state``, then
+    restore; a no-op for ``state=None``."""
+    if state is None:
+        yield state
+        return
+    before = config._attn_implementation
+    token = ACTIVE.set(state)
+    config._attn_implementation = ATTENTION_NAME
+    try:
+        yield state
+    finally:
+        config._attn_implementation = before
+        ACTIVE.reset(token)
+
+
+def prefix_attention(
+    query: torch.Tensor,
+    k_pre: torch.Tensor,
+    v_pre: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float,
+) -> torch.Tensor:
+    """``softmax([q K_preᵀ, q Kᵀ + mask] · scale) [V_pre; V]`` without copying the prefix per row.
+
+    Shapes: ``query`` (B, H, T, D_k); ``k_pre``/``v_pre`` (H_kv, S, D) shared by all rows;
+    ``key``/``value`` (B, H_kv, L, D) each row's own; ``mask`` (B, 1, T, L), bool (True =
+    attend) or additive float, every query seeing at least one key. Returns (B, T, H, D_v),
+    the layout of transformers' attention functions. Scores and the merge (module
+    docstring) are float32; the products run in the inputs' dtype.
+    """
+    B, H, T, Dk = query.shape
+    Hkv, S, Dv = v_pre.shape
+    L, g = key.shape[2], H // Hkv
+    q = query.reshape(B, Hkv, g * T, Dk)  # head kv*g + j uses K/V head kv (repeat_kv's order)
+    q_pre = q.transpose(0, 1).reshape(Hkv, B * g * T, Dk)  # (H_kv, M, D_k), M = B·g·T
+    s_pre = torch.matmul(q_pre, k_pre.transpose(1, 2)).float() * scaling  # (H_kv, M, S)
+    s_row = torch.matmul(q, key.transpose(2, 3)).float() * scaling  # (B, H_kv, g·T, L)
+    if mask is not None:
+        m = mask[..., :L][:, :, None].expand(B, 1, g, T, L).reshape(B, 1, g * T, L)
+        if m.dtype == torch.bool:
+            s_row = s_row.masked_fill(~m, torch.finfo(torch.float32).min)
+        else:
+            s_row = s_row + m.float()
+    max_pre = s_pre.amax(-1, keepdim=True)  # (H_kv, M, 1)
+    max_row = s_row.amax(-1, keepdim=True)  # (B, H_kv, g·T, 1)
+    e_pre, e_row = torch.exp(s_pre - max_pre), torch.exp(s_row - max_row)
+    o_pre = torch.matmul(e_pre.to(v_pre.dtype), v_pre)  # (H_kv, M, D_v)
+    o_row = torch.matmul(e_row.to(value.dtype), value)  # (B, H_kv, g·T, D_v)
+
+    def by_row(x: torch.Tensor) -> torch.Tensor:  # (H_kv, M, k) -> (B, H_kv, g·T, k)
+        return x.view(Hkv, B, g * T, -1).transpose(0, 1)
+
+    max_pre, l_pre = by_row(max_pre), by_row(e_pre.sum(-1, keepdim=True))
+    top = torch.maximum(max_pre, max_row)
+    w_pre, w_row = torch.exp(max_pre - top), torch.exp(max_row - top)  # (B, H_kv, g·T, 1)
+    den = l_pre * w_pre + e_row.sum(-1, keepdim=True) * w_row
+    out = by_row(o_pre).float() * (w_pre / den) + o_row.float() * (w_row / den)
+    return out.to(query.dtype).reshape(B, H, T, Dv).transpose(1, 2).contiguous()  # (B, T, H, D_v)
+
+
+def materialised(
+    k_pre: torch.Tensor, v_pre: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Whole rows ``[prefix; own keys]`` (B, H_kv, S + L, D) and their mask: the per-row layout."""
+    B, S, L = key.shape[0], k_pre.shape[1], key.shape[2]
+    k = torch.cat([k_pre[None].expand(B, -1, -1, -1), key], dim=2)
+    v = torch.cat([v_pre[None].expand(B, -1, -1, -1), value], dim=2)
+    if mask is None:
+        return k, v, None
+    mask = mask[..., :L]
+    seen = torch.ones if mask.dtype == torch.bool else torch.zeros
+    head = seen((*mask.shape[:-1], S), dtype=mask.dtype, device=mask.device)
+    return k, v, torch.cat([head, mask], dim=-1)
+
+
+def is_unset(value: Any) -> bool:
+    """None, False or zero: a keyword that leaves the attention scores alone."""
+    return value is None or (isinstance(value, (bool, int, float)) and not value)
+
+
+def shared_prefix_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers attention function (registered as :data:`ATTENTION_NAME`).
+
+    With a prefix pending in the active :class:`PrefixState`: :func:`prefix_attention`,
+    or the model's ``sdpa`` on materialised rows when a keyword changes the scores or the
+    prefix scores would be too large. Otherwise (no state, nothing pending): plain ``sdpa``.
+    """
+    state = ACTIVE.get()
+    pending = None if state is None else state.pending
+    if pending is None:
+        if state is not None:
+            state.missed += 1
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    state.pending = None
+    state.consumed += 1
+    k_pre, v_pre = pending
+    plain = all(k in NEUTRAL_KWARGS or is_unset(v) for k, v in kwargs.items())
+    plain = plain and is_unset(kwargs.get("dropout")) and key.shape[1] == k_pre.shape[0]
+    scores = query.shape[0] * query.shape[1] * query.shape[2] * k_pre.shape[1]
+    if not plain or scores > MAX_PREFIX_SCORES or query.shape[1] % k_pre.shape[0]:
+        k, v, mask = materialised(k_pre, v_pre, key, value, attention_mask)
+        return sdpa_attention_forward(module, query, k, v, mask, **kwargs)
+    scaling = kwargs.get("scaling")
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    return prefix_attention(query, k_pre, v_pre, key, value, attention_mask, scaling), None
+
+
+AttentionInterface.register(ATTENTION_NAME, shared_prefix_attention)
