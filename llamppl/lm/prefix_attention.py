@@ -72,14 +72,16 @@ MAX_PREFIX_SCORES = 1 << 26
 class PrefixState:
     """What the layers of one prefix-sharing forward pass to the attention function.
 
-    ``pending`` holds the current layer's prefix ``(K, V)``, each ``(H_kv, S, D)``,
-    from its cache update until its attention call takes it; ``consumed`` counts
-    the layers whose attention did; ``missed`` counts attention calls that found
-    nothing pending and updates that found the previous layer's prefix unused.
+    ``pending`` holds the current layer's prefix ``(K, V)``, each ``(H_kv, S, D)``, and
+    the rows ``(K, V)`` its cache update returned, until its attention call takes them;
+    ``consumed`` counts the layers whose attention did; ``missed`` counts attention
+    calls that found nothing pending or K/V other than the update's (a model that
+    transforms the cached K/V, e.g. expands latents), and updates that found the
+    previous layer's prefix unused. Any miss voids the forward.
     """
 
     def __init__(self) -> None:
-        self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.pending: tuple[torch.Tensor, ...] | None = None
         self.consumed = 0
         self.missed = 0
 
@@ -119,11 +121,12 @@ class PrefixPoolLayer(PoolLayer):
         if self.state.pending is not None:
             self.state.missed += 1  # the previous layer's attention never took its prefix
         if isinstance(self.prefix_kv, torch.Tensor):
-            self.state.pending = self.pool.read(self.layer, self.prefix_kv)  # (H_kv, S, D) once
+            k_pre, v_pre = self.pool.read(self.layer, self.prefix_kv)  # (H_kv, S, D) once
         else:
             start, n = self.prefix_kv
-            pool_k, pool_v = self.pool.k[self.layer], self.pool.v[self.layer]
-            self.state.pending = (pool_k[:, start : start + n], pool_v[:, start : start + n])
+            k_pre = self.pool.k[self.layer][:, start : start + n]  # (H_kv, S, D_k), a view
+            v_pre = self.pool.v[self.layer][:, start : start + n]
+        self.state.pending = (k_pre, v_pre, keys, values)
         return keys, values  # (B, H_kv, P' + T, D): the rows past the prefix
 
 
@@ -234,6 +237,11 @@ def materialised(
     return k, v, torch.cat([head, mask], dim=-1)
 
 
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``a`` is the tensor ``b`` (same storage start and shape; host metadata only)."""
+    return a.shape == b.shape and a.data_ptr() == b.data_ptr()
+
+
 def is_unset(value: Any) -> bool:
     """None, False or zero: a keyword that leaves the attention scores alone."""
     return value is None or (isinstance(value, (bool, int, float)) and not value)
@@ -260,10 +268,13 @@ def shared_prefix_attention(
             state.missed += 1
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     state.pending = None
+    k_pre, v_pre, keys, values = pending
+    if not (same(key, keys) and same(value, values)):  # not the pool's K/V: void the forward
+        state.missed += 1
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     state.consumed += 1
-    k_pre, v_pre = pending
     plain = all(k in NEUTRAL_KWARGS or is_unset(v) for k, v in kwargs.items())
-    plain = plain and is_unset(kwargs.get("dropout")) and key.shape[1] == k_pre.shape[0]
+    plain = plain and is_unset(kwargs.get("dropout"))
     scores = query.shape[0] * query.shape[1] * query.shape[2] * k_pre.shape[1]
     if not plain or scores > MAX_PREFIX_SCORES or query.shape[1] % k_pre.shape[0]:
         k, v, mask = materialised(k_pre, v_pre, key, value, attention_mask)
