@@ -45,6 +45,7 @@ from typing import Any
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .hf_arch import Architecture
 from .kv_pool import KVPool, PoolLayer
@@ -286,3 +287,5 @@ def shared_prefix_attention(
 
 
 AttentionInterface.register(ATTENTION_NAME, shared_prefix_attention)
+# another thread's forward of the same model during ours builds sdpa's masks and runs plain sdpa
+AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)

@@ -148,6 +148,7 @@ def test_decode_step_reads_the_shared_prompt_once_per_layer(tokenizer, reads):
     assert max_diff(lm, steps) <= TOL
     assert reads == [6, 6]  # two layers, one new token per row, the prompt stays in the pool
     assert lm.stats.shared_prefix_tokens == 6 * 20
+    assert lm.model.config._attn_implementation == "sdpa"  # switched for our forward only
     # the next step: rows 21 tokens deep, sharing the same prompt (the new tokens differ)
     reads.clear()
     assert max_diff(lm, [s + (50,) for s in steps]) <= TOL
