@@ -14,7 +14,8 @@ the shared prefix and ``s_r`` over the row's own keys,
     m = max(max s_p, max s_r),  l_x = Σ exp(s_x - m),
     out = (exp(s_p - m) V_p + exp(s_r - m) V_r) / (l_p + l_r),
 
-which is ``softmax([s_p, s_r]) [V_p; V_r]``, the attention over the whole row.
+which is ``softmax([s_p, s_r]) [V_p; V_r]``, the attention over the whole row; it is
+computed as one softmax over the joined scores, then two products.
 
 The cached forward registers :func:`shared_prefix_attention` in transformers'
 ``AttentionInterface`` as :data:`ATTENTION_NAME` and switches the model's
@@ -189,38 +190,30 @@ def prefix_attention(
 
     Shapes: ``query`` (B, H, T, D_k); ``k_pre``/``v_pre`` (H_kv, S, D) shared by all rows;
     ``key``/``value`` (B, H_kv, L, D) each row's own; ``mask`` (B, 1, T, L), bool (True =
-    attend) or additive float, every query seeing at least one key. Returns (B, T, H, D_v),
-    the layout of transformers' attention functions. Scores and the merge (module
-    docstring) are float32; the products run in the inputs' dtype.
+    attend) or additive float. Returns (B, T, H, D_v), the layout of transformers'
+    attention functions. The scores of a row's two parts are joined (they are
+    ``D/(H/H_kv)`` times smaller than the K/V a per-row copy would move) and
+    normalised by one float32 softmax, the merge of the module docstring; the
+    products run in the inputs' dtype.
     """
     B, H, T, Dk = query.shape
     Hkv, S, Dv = v_pre.shape
     L, g = key.shape[2], H // Hkv
-    q = query.reshape(B, Hkv, g * T, Dk)  # head kv*g + j uses K/V head kv (repeat_kv's order)
+    q = (query * scaling).reshape(B, Hkv, g * T, Dk)  # head kv*g + j uses K/V head kv (repeat_kv)
     q_pre = q.transpose(0, 1).reshape(Hkv, B * g * T, Dk)  # (H_kv, M, D_k), M = B·g·T
-    s_pre = torch.matmul(q_pre, k_pre.transpose(1, 2)).float() * scaling  # (H_kv, M, S)
-    s_row = torch.matmul(q, key.transpose(2, 3)).float() * scaling  # (B, H_kv, g·T, L)
+    s_pre = torch.matmul(q_pre, k_pre.transpose(1, 2)).view(Hkv, B, g * T, S)  # one K_pre for all
+    s_row = torch.matmul(q, key.transpose(2, 3)).transpose(0, 1)  # (H_kv, B, g·T, L)
     if mask is not None:
-        m = mask[..., :L][:, :, None].expand(B, 1, g, T, L).reshape(B, 1, g * T, L)
+        m = mask[..., :L][:, 0, None].expand(B, g, T, L).reshape(B, g * T, L)
         if m.dtype == torch.bool:
-            s_row = s_row.masked_fill(~m, torch.finfo(torch.float32).min)
+            s_row = s_row.masked_fill(~m, torch.finfo(s_row.dtype).min)
         else:
-            s_row = s_row + m.float()
-    max_pre = s_pre.amax(-1, keepdim=True)  # (H_kv, M, 1)
-    max_row = s_row.amax(-1, keepdim=True)  # (B, H_kv, g·T, 1)
-    e_pre, e_row = torch.exp(s_pre - max_pre), torch.exp(s_row - max_row)
-    o_pre = torch.matmul(e_pre.to(v_pre.dtype), v_pre)  # (H_kv, M, D_v)
-    o_row = torch.matmul(e_row.to(value.dtype), value)  # (B, H_kv, g·T, D_v)
-
-    def by_row(x: torch.Tensor) -> torch.Tensor:  # (H_kv, M, k) -> (B, H_kv, g·T, k)
-        return x.view(Hkv, B, g * T, -1).transpose(0, 1)
-
-    max_pre, l_pre = by_row(max_pre), by_row(e_pre.sum(-1, keepdim=True))
-    top = torch.maximum(max_pre, max_row)
-    w_pre, w_row = torch.exp(max_pre - top), torch.exp(max_row - top)  # (B, H_kv, g·T, 1)
-    den = l_pre * w_pre + e_row.sum(-1, keepdim=True) * w_row
-    out = by_row(o_pre).float() * (w_pre / den) + o_row.float() * (w_row / den)
-    return out.to(query.dtype).reshape(B, H, T, Dv).transpose(1, 2).contiguous()  # (B, T, H, D_v)
+            s_row = (s_row + m).to(s_pre.dtype)
+    s = torch.cat([s_pre, s_row], dim=-1)  # (H_kv, B, g·T, S + L): the whole row's scores
+    p = torch.softmax(s, dim=-1, dtype=torch.float32).to(v_pre.dtype)
+    out = torch.matmul(p[..., :S].reshape(Hkv, B * g * T, S), v_pre).view(Hkv, B, g * T, Dv)
+    out = out + torch.matmul(p[..., S:].transpose(0, 1), value).transpose(0, 1)
+    return out.view(Hkv, B, g, T, Dv).permute(1, 3, 0, 2, 4).reshape(B, T, H, Dv)
 
 
 def materialised(
