@@ -256,23 +256,11 @@ def _max_diff(lm, model, contexts, together: bool) -> float:
 
 
 ATTN = ["sdpa", "eager"]
-#: read the rows' common prefix once (sdpa, no sliding window, the cached K/V handed unchanged to
-#: transformers' AttentionInterface); eager or windowed models, Falcon (its own attention code)
-#: and DeepSeek-V3 (it caches latents and expands them) read it per row
-SHARE_PREFIX = {
-    "llama",
-    "qwen2",
-    "qwen3",
-    "mixtral",
-    "qwen3-moe",
-    "olmo2",
-    "granite",
-    "cohere",
-    "granite-moe",
-    "gpt2",
-    "gpt-neox",
-    "opt",
-}
+#: read the rows' common prefix once (sdpa, no window, pool K/V passed unchanged to the attention
+#: interface); eager, windowed, Falcon (own attention code), DeepSeek-V3 (latents) read it per row
+SHARE_PREFIX = set(
+    "llama qwen2 qwen3 mixtral qwen3-moe olmo2 granite cohere granite-moe gpt2 gpt-neox opt".split()
+)
 
 
 @pytest.mark.parametrize("attn", ATTN)
