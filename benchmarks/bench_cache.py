@@ -3,18 +3,19 @@
 (a) Decoding: N sequences x T tokens from a shared P-token prompt (default 16 x 64, P = 32).
     - HF ``generate`` at batch N (its own KV cache, sampling, fixed seed);
     - HF manual decode loop at batch N with a ``DynamicCache``, forcing those tokens;
-    - ``CachedCausalLM``: the same tokens forced, all N contexts awaited per step.
-    Prefill (the prompt) and decode (the T - 1 following steps) are timed apart: the
-    decode ratio against HF's own DynamicCache decode is the per-step cost of the trie
-    cache; the prefill ratio shows the prompt being run once instead of N times.
-(b) Resampling-shaped tree: N particles grow one sampled token per step and are
-    resampled (duplicated / dropped) at random; the recorded request batches
-    are replayed through a fresh ``CachedCausalLM`` and through a no-sharing
-    baseline that re-runs every particle's full context each step (batched,
-    left-padded, no cache).
+    - ``CachedCausalLM``: the same tokens forced, all N contexts awaited per step, the
+      shared prompt read once per layer (``share_prefix``) and, in the same process, per
+      row (``share_prefix=False``, the layout before issue 20).
+    Prefill and decode (the T - 1 following steps) are timed apart. ``--forced random``:
+    seeded random tokens, every row distinct (``generate`` copies a long repeated prompt,
+    giving every row the same tokens). ``--hf-prefill once``: HF's prompt at batch 1, its
+    cache copied to the N rows (decode steps unchanged).
+(b) Resampling-shaped tree: N particles grow one sampled token per step and are resampled
+    at random; the request batches are replayed through a fresh ``CachedCausalLM`` and a
+    baseline re-running every particle's full context each step (left-padded, no cache).
 
-Prints a table of wall and CPU times, forward calls and tokens run, and the ratios.
-Any local model, dtype and device (e.g. your GPU) can be measured the same way::
+Prints wall and CPU times, forward calls, tokens run and ratios, for any local model,
+dtype and device (e.g. your GPU)::
 
     .venv/bin/python benchmarks/bench_cache.py            # embedded SmolLM2, fp32, 1 thread
     .venv/bin/python benchmarks/bench_cache.py --dtype bfloat16 --particles 32 --prompt-len 512
@@ -89,10 +90,22 @@ def sync(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def bench_decode(
-    lm: CachedCausalLM, n: int, prompt_len: int, new_tokens: int, repeats: int
-) -> list[dict]:
-    """Rows for generate / manual DynamicCache loop / CachedCausalLM; prefill and decode timed apart."""
+def prompt_cache(model, ids: torch.Tensor, once: bool) -> DynamicCache | None:
+    """``once``: HF's cache of all but the last prompt token at batch 1, copied to every row."""
+    if not once:
+        return None
+    cache = DynamicCache(config=model.config)
+    model(ids[:1, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_repeat_interleave(ids.shape[0])
+    return cache
+
+
+def bench_decode(lm: CachedCausalLM, args: argparse.Namespace) -> list[dict]:
+    """Rows for generate / manual DynamicCache loop / CachedCausalLM (prompt shared and per
+    row); prefill and decode timed apart; ``--hf-prefill``, ``--forced``: module docstring."""
+    n, prompt_len, new_tokens = args.particles, args.prompt_len, args.new_tokens
+    repeats = args.repeats
+    once, random_tokens = args.hf_prefill == "once", args.forced == "random"
     model, dev = lm.model, lm.device
     prompt = make_prompt(lm, STORY, prompt_len)
     ids = torch.tensor([prompt] * n, device=dev)  # (n, prompt_len)
@@ -102,6 +115,7 @@ def bench_decode(
         with torch.inference_mode():
             out = model.generate(
                 ids,
+                past_key_values=prompt_cache(model, ids, once),
                 attention_mask=torch.ones_like(ids),
                 do_sample=True,
                 top_k=0,
@@ -118,6 +132,9 @@ def bench_decode(
     # Rows that ended early are padded by generate, so the output stays rectangular; force
     # exactly the tokens it produced (however many that is) in the other two methods.
     seqs = out[:, prompt_len:].tolist()  # (n, steps)
+    if random_tokens:  # rows that differ at every step (a repeated prompt makes generate copy it)
+        g = torch.Generator().manual_seed(0)
+        seqs = torch.randint(0, lm.vocab_size, (n, len(seqs[0])), generator=g).tolist()
     steps = len(seqs[0])
     if steps < 1:
         raise RuntimeError("generate produced no new tokens")
@@ -125,8 +142,13 @@ def bench_decode(
     def run_manual():
         with torch.inference_mode():
             t0 = clocks()
-            cache = DynamicCache(config=model.config)
-            o = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            cache = prompt_cache(model, ids, once) or DynamicCache(config=model.config)
+            o = model(
+                ids[:, cache.get_seq_length() :],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
             torch.log_softmax(o.logits[:, -1].float(), -1)
             sync(dev)
             t1 = clocks()
@@ -136,7 +158,7 @@ def bench_decode(
                 torch.log_softmax(o.logits[:, -1].float(), -1)
             sync(dev)
             t2 = clocks()
-        return (t0, t1, t2), (steps, n * (prompt_len + steps - 1))
+        return (t0, t1, t2), (steps, gen_tokens)
 
     def run_cached():
         lm.clear_cache()
@@ -162,9 +184,12 @@ def bench_decode(
                 best[key] = min(best[key], v)
         return best, work
 
+    gen_tokens = n * (prompt_len + steps - 1) if not once else n * steps + prompt_len - 1
     man, (man_calls, man_tokens) = phases(run_manual)
+    lm.share_prefix = False
+    rows, (row_calls, row_tokens) = phases(run_cached)
+    lm.share_prefix = True  # on unless the model cannot (eager, sliding windows, ...)
     ours, (lm_calls, lm_tokens) = phases(run_cached)
-    gen_tokens = n * (prompt_len + steps - 1)
     nan = float("nan")
     return [
         {
@@ -174,6 +199,12 @@ def bench_decode(
             "tokens": gen_tokens,
         },
         {"name": "HF DynamicCache loop, forced", **man, "calls": man_calls, "tokens": man_tokens},
+        {
+            "name": "CachedCausalLM, prompt per row",
+            **rows,
+            "calls": row_calls,
+            "tokens": row_tokens,
+        },
         {"name": "CachedCausalLM, forced", **ours, "calls": lm_calls, "tokens": lm_tokens},
     ]
 
@@ -299,6 +330,8 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--tree-steps", type=int, default=32, help="0 skips the tree workload (b)")
+    ap.add_argument("--forced", choices=("generate", "random"), default="generate")
+    ap.add_argument("--hf-prefill", choices=("batch", "once"), default="batch")
     args = ap.parse_args()
     for name in ("particles", "prompt_len", "new_tokens", "repeats"):
         if getattr(args, name) < 1:
@@ -320,21 +353,25 @@ def main() -> None:
     )
     gather(lm, [lm.encode("warm up")])  # first-call overheads
 
-    dec = bench_decode(lm, args.particles, args.prompt_len, args.new_tokens, args.repeats)
+    dec = bench_decode(lm, args)
     print_table(
         f"(a) decode {args.particles} x {args.new_tokens} tokens from a shared {args.prompt_len}-token prompt",
         dec,
     )
-    gen, man, ours = dec
+    gen, man, rows, ours = dec
     for key, label in (("time", "wall"), ("cpu", "CPU ")):
         print(
             f"  {label} ratio   CachedCausalLM / generate       = {ours[key] / gen[key]:.3f}  (goal <= 1.15)"
         )
         print(f"  {label} ratio   CachedCausalLM / manual KV loop = {ours[key] / man[key]:.3f}")
-    print(
-        f"  decode ratio CachedCausalLM / DynamicCache decode steps = {ours['decode'] / man['decode']:.3f} wall, "
-        f"{ours['decode_cpu'] / man['decode_cpu']:.3f} CPU"
-    )
+    for r, label in (
+        (ours, f"CachedCausalLM (share_prefix={lm.share_prefix})"),
+        (rows, "prompt per row"),
+    ):
+        print(
+            f"  decode ratio {label} / DynamicCache decode steps = {r['decode'] / man['decode']:.3f} wall, "
+            f"{r['decode_cpu'] / man['decode_cpu']:.3f} CPU"
+        )
     print(
         f"  prefill ratio CachedCausalLM / DynamicCache prefill     = {ours['prefill'] / man['prefill']:.3f}"
     )

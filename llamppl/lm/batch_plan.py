@@ -20,6 +20,11 @@ so it is tested on a bare :class:`~llamppl.lm.trie.TokenTrie`. The steps:
        plan.ids, plan.pos      # (B*T,) token ids and positions, row-major
        plan.read               # (B*(P+T),) pool slot of every key column
        plan.src, plan.dst      # new node k: flat index b*T + column, and its slot
+
+4. :func:`shared_prefix`: the trie path every row's base extends (their common
+   ancestor) and whether its slots are contiguous. ``plan_rows(..., shared=S)``
+   then leaves those ``S`` keys out of every row (``P`` counts the keys past
+   them), for :mod:`llamppl.lm.prefix_attention` to read once for all rows.
 """
 
 from __future__ import annotations
@@ -29,7 +34,16 @@ from dataclasses import dataclass, field
 
 from .trie import TrieNode
 
-__all__ = ["Request", "RowPlan", "count_new_tokens", "group_paths", "plan_rows"]
+__all__ = [
+    "Request",
+    "RowPlan",
+    "check_contexts",
+    "common_ancestor",
+    "count_new_tokens",
+    "group_paths",
+    "plan_rows",
+    "shared_prefix",
+]
 
 
 @dataclass
@@ -45,6 +59,23 @@ class Request:
     def suffix(self) -> tuple[int, ...]:
         """The tokens past the cached prefix."""
         return self.context[self.n_matched :]
+
+
+def check_contexts(
+    contexts: Sequence[Sequence[int]], max_positions: int | None, bos_token_id: int | None
+) -> None:
+    """``ValueError`` naming the context that is empty or longer than ``max_positions``."""
+    for i, c in enumerate(contexts):
+        if len(c) == 0:
+            hint = "" if bos_token_id is None else f" (e.g. the BOS token {bos_token_id})"
+            raise ValueError(
+                "token_ids must be non-empty: a causal LM needs at least one token to condition on"
+                + hint
+            )
+        if max_positions and len(c) > max_positions:
+            raise ValueError(
+                f"context {i} has {len(c)} tokens, more than the model's {max_positions} positions"
+            )
 
 
 def count_new_tokens(requests: Sequence[Request]) -> int:
@@ -103,6 +134,19 @@ class RowPlan:
     trees: list[tuple[int, int]] = field(default_factory=list)  # (row, size) of branching groups
     ancestry: list[int] = field(default_factory=list)  # their ancestor-or-self matrices, flattened
 
+    def index_lists(self) -> list[list[int]]:
+        """``ids, pos, t_len, p_len, src, dst, read, ancestry``: what goes to the device."""
+        return [
+            self.ids,
+            self.pos,
+            self.t_len,
+            self.p_len,
+            self.src,
+            self.dst,
+            self.read,
+            self.ancestry,
+        ]
+
 
 def ancestor_matrix(parents: Sequence[int]) -> list[list[int]]:
     """0/1 matrix ``m[k][j] = 1`` iff node ``j`` is node ``k`` or an ancestor (``parents[k] < k``, -1: none)."""
@@ -115,13 +159,59 @@ def ancestor_matrix(parents: Sequence[int]) -> list[list[int]]:
     return anc
 
 
+def common_ancestor(nodes: Sequence[TrieNode]) -> TrieNode:
+    """The deepest node on every one of ``nodes``' paths (their longest common context).
+
+    Walks up from each node only as far as the running answer: O(rows x tokens past it).
+    """
+    a = nodes[0]
+    for b in nodes[1:]:
+        while b.depth > a.depth:
+            b = b.parent
+        while a.depth > b.depth:
+            a = a.parent
+        while a is not b:
+            a, b = a.parent, b.parent
+    return a
+
+
+def shared_prefix(bases: Sequence[TrieNode]) -> tuple[int, list[int], int | None]:
+    """``(S, slots, start)``: the ``S`` tokens all ``bases`` extend, their slots, and
+    the first slot if they are ``start, start + 1, ...`` (a view of the pool), else None.
+    A single row shares nothing (``S = 0``): its prefix is read once anyway."""
+    node = common_ancestor(bases)
+    if node.depth == 0 or len(bases) < 2:
+        return 0, [], None
+    slots = node.path_slots()
+    start = slots[0]
+    contiguous = slots == list(range(start, start + len(slots)))
+    return node.depth, slots, start if contiguous else None
+
+
+def slots_below(node: TrieNode, depth: int) -> list[int]:
+    """KV slots of ``node``'s context past its first ``depth`` tokens, root side first."""
+    out = []
+    while node.depth > depth:
+        out.append(node.slot)
+        node = node.parent
+    out.reverse()
+    return out
+
+
 def plan_rows(
-    groups: Sequence[Sequence[TrieNode]], bases: Sequence[TrieNode], scratch: int
+    groups: Sequence[Sequence[TrieNode]],
+    bases: Sequence[TrieNode],
+    scratch: int,
+    shared: int = 0,
 ) -> RowPlan:
-    """The row layout of ``groups`` below ``bases``; padding reads and writes slot ``scratch``."""
+    """The row layout of ``groups`` below ``bases``; padding reads and writes slot ``scratch``.
+
+    ``shared``: leading tokens common to every base (:func:`shared_prefix`) left out of
+    the rows (``p_len``, ``P`` and ``read`` count only the keys past them).
+    """
     B = len(groups)
     t_len = [len(g) for g in groups]
-    p_len = [b.depth for b in bases]
+    p_len = [b.depth - shared for b in bases]
     T, P = max(t_len), max(p_len)
     plan = RowPlan(B, T, P, [0] * (B * T), [0] * (B * T), t_len, p_len)
     for b, (g, base) in enumerate(zip(groups, bases)):
@@ -131,9 +221,9 @@ def plan_rows(
         if any(par != k - 1 for k, par in enumerate(parents)):
             plan.trees.append((b, len(g)))
             plan.ancestry += [x for row in ancestor_matrix(parents) for x in row]
-        plan.read += [scratch] * (P - base.depth)
-        if base.depth:
-            plan.read += base.path_slots()
+        plan.read += [scratch] * (P - p_len[b])
+        if p_len[b]:
+            plan.read += base.path_slots() if shared == 0 else slots_below(base, shared)
         plan.read += [scratch] * off
         for k, node in enumerate(g):
             at = b * T + off + k

@@ -23,6 +23,9 @@ and a 4-D tree mask, so every new node is run exactly once. Inside the
 forward, each attention layer writes the new tokens' K/V straight into their
 pool slots and reads each row's context with one ``index_select``
 (:class:`~llamppl.lm.kv_pool.PoolLayer`), so no K/V is copied back afterwards.
+When the rows share a cached prefix (the prompt of an SMC step), ``sdpa`` models
+without sliding windows read it once per layer instead of once per row
+(:mod:`llamppl.lm.prefix_attention`; ``share_prefix``, ``stats.shared_prefix_tokens``).
 
 Architectures. :mod:`llamppl.lm.hf_arch` reads per-layer attention windows,
 logit transforms and K/V shapes from the config and a probe forward, and
@@ -52,12 +55,20 @@ from typing import Any
 import torch
 
 from ..threads import apply_default_threads
-from .batch_plan import Request, count_new_tokens, group_paths, plan_rows
+from .batch_plan import (
+    Request,
+    check_contexts,
+    count_new_tokens,
+    group_paths,
+    plan_rows,
+    shared_prefix,
+)
 from .exactness import rounding_tolerance, verify_exact
 from .hf_arch import Architecture, inspect_architecture
 from .hf_load import check_device, check_dtype, load_default, load_pretrained, place_model
 from .hf_vocab import HFTokenizerLM
-from .kv_pool import PoolCache, PoolLayer
+from .kv_pool import PoolCache
+from .prefix_attention import PrefixState, pool_layers, prefix_eligible, sharing_prefix
 from .tree_mask import layer_masks, tree_mask
 from .trie import TokenTrie, TrieNode
 from .trie_cache import CacheStats, TrieCache
@@ -88,6 +99,8 @@ class CachedCausalLM(HFTokenizerLM):
     verify : bool
         Check at construction that cached log-probs equal a fresh forward on a
         small branching probe (:meth:`verify_exact`); ``ValueError`` if not.
+    share_prefix : bool
+        Let a forward's rows read their common cached prefix once (:attr:`share_prefix`).
 
     Attributes
     ----------
@@ -108,6 +121,7 @@ class CachedCausalLM(HFTokenizerLM):
         dtype: torch.dtype | None = None,
         max_cached_logprobs: int = 256,
         verify: bool = True,
+        share_prefix: bool = True,
     ) -> None:
         if not isinstance(hf_model, torch.nn.Module) or not hasattr(hf_model, "config"):
             raise TypeError(f"hf_model must be a transformers model, got {type(hf_model).__name__}")
@@ -131,7 +145,10 @@ class CachedCausalLM(HFTokenizerLM):
         self._additive_mask = attn == "eager"
         self._base = hf_model.base_model
         self._head = head
+        self._config = config
         self._arch = inspect_architecture(hf_model, self._device)
+        self._prefix_eligible = prefix_eligible(self._arch, attn)
+        self.share_prefix = share_prefix
         self._max_positions = getattr(config, "max_position_embeddings", None)
         (n_kv_heads, head_dim), (_, v_head_dim) = self._arch.k_shape, self._arch.v_shape
         self._cache = TrieCache(
@@ -155,7 +172,8 @@ class CachedCausalLM(HFTokenizerLM):
         See :func:`llamppl.lm.exactness.verify_exact`: ``tolerance`` defaults to
         :func:`rounding_tolerance` (1e-3 in float32); returns the largest
         difference, raises ``ValueError`` naming the architecture if it exceeds
-        the tolerance. The cache and the counters are cleared afterwards.
+        the tolerance. The cache and the counters are cleared afterwards. A mismatch
+        with :attr:`share_prefix` on turns sharing off and probes the per-row path.
         """
         return verify_exact(self, tolerance)
 
@@ -233,6 +251,17 @@ class CachedCausalLM(HFTokenizerLM):
         return self._arch
 
     @property
+    def share_prefix(self) -> bool:
+        """Whether a forward's rows read their common cached prefix once per layer: ``sdpa``,
+        no sliding windows (:mod:`llamppl.lm.prefix_attention`); off for good if the model's
+        layers bypass transformers' attention interface (found at the first such forward)."""
+        return self._share_prefix
+
+    @share_prefix.setter
+    def share_prefix(self, value: bool) -> None:
+        self._share_prefix = bool(value) and self._prefix_eligible
+
+    @property
     def max_positions(self) -> int | None:
         """The model's ``max_position_embeddings`` (longest context), if it has one."""
         return self._max_positions
@@ -255,20 +284,7 @@ class CachedCausalLM(HFTokenizerLM):
 
     # ------------------------------------------------------------------ serving
     def next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
-        for i, c in enumerate(contexts):
-            if len(c) == 0:
-                raise ValueError(
-                    "token_ids must be non-empty: a causal LM needs at least one token to condition on"
-                    + (
-                        ""
-                        if self.bos_token_id is None
-                        else f" (e.g. the BOS token {self.bos_token_id})"
-                    )
-                )
-            if self._max_positions and len(c) > self._max_positions:
-                raise ValueError(
-                    f"context {i} has {len(c)} tokens, more than the model's {self._max_positions} positions"
-                )
+        check_contexts(contexts, self._max_positions, self.bos_token_id)
         self._cache.trie.tick()
         results: list[torch.Tensor | None] = [None] * len(contexts)
         with torch.inference_mode():
@@ -320,14 +336,8 @@ class CachedCausalLM(HFTokenizerLM):
 
     def _logprobs_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """Normalised float32 log-probs ``(n, V)`` from final hidden states ``(n, D)``."""
-        arch = self._arch
         logits = self._head(hidden.to(self._head.weight.device)).float()  # (n, V)
-        if arch.logit_multiply is not None:
-            logits = logits * arch.logit_multiply
-        if arch.logit_divide is not None:
-            logits = logits / arch.logit_divide
-        if arch.logit_softcap:
-            logits = torch.tanh(logits / arch.logit_softcap) * arch.logit_softcap
+        logits = self._arch.transform_logits(logits)
         return torch.log_softmax(logits, dim=-1).to(self._device)
 
     # ------------------------------------------------------------------ the forward
@@ -350,37 +360,36 @@ class CachedCausalLM(HFTokenizerLM):
         device in ONE upload (:meth:`_upload`)."""
         pool, dev = self._pool, self._device
         pool.ensure(max(node.slot for g in groups for node in g))
-        plan = plan_rows(groups, bases, pool.scratch)
+        S, slots, start = shared_prefix(bases) if self._share_prefix else (0, [], None)
+        plan = plan_rows(groups, bases, pool.scratch, shared=S)
         B, T, P = plan.B, plan.T, plan.P
-        ids_t, pos_t, t_t, p_t, src_t, dst_t, read_t, anc_t = self._upload(
-            plan.ids, plan.pos, plan.t_len, plan.p_len, plan.src, plan.dst, plan.read, plan.ancestry
+        ids_t, pos_t, t_t, p_t, src_t, dst_t, read_t, anc_t, pre_t = self._upload(
+            *plan.index_lists(), slots if start is None else []
         )
         ids_t, pos_t = ids_t.view(B, T), pos_t.view(B, T)
         mask = tree_mask(T, P, t_t, p_t, plan.trees, anc_t)  # (B, T, P+T)
         attention_mask = layer_masks(
             mask, pos_t, p_t, P, self._arch, self._additive_mask, self._dtype
         )
-        local = {dev: (src_t, dst_t, read_t)}
-        for d in {d for d in pool.layer_devices if d != dev}:  # a split model: indices per device
-            local[d] = (src_t.to(d), dst_t.to(d), read_t.to(d))
-        layers = [
-            PoolLayer(pool, layer, *local[pool.layer_devices[layer]], P + T, prefix=P)
-            for layer in range(pool.n_layers)
-        ]
-        out = self._base(
-            input_ids=ids_t,
-            attention_mask=attention_mask,
-            position_ids=pos_t,
-            past_key_values=PoolCache(layers),
-            use_cache=True,
-        )
+        state = PrefixState() if S else None
+        at = (start, S) if start is not None else pre_t  # the prefix: a view, or one gather
+        layers = pool_layers(pool, dev, (src_t, dst_t, read_t), P + T, P, state, at)
+        with sharing_prefix(self._config, state):
+            out = self._base(
+                input_ids=ids_t,
+                attention_mask=attention_mask,
+                position_ids=pos_t,
+                past_key_values=PoolCache(layers),
+                use_cache=True,
+            )
+        if state is not None and (state.consumed != pool.n_layers or state.missed):
+            self._share_prefix = False  # some layer bypasses the attention interface: rerun per row
+            return self._run_groups(groups, bases)
+        self.stats.shared_prefix_tokens += B * S
         hidden = out.last_hidden_state  # (B, T, D_model)
         h_new = hidden.reshape(B * T, -1).index_select(0, src_t.to(hidden.device))  # (n, D_model)
-        k = 0
-        for g in groups:
-            for node in g:
-                node.hidden = h_new[k]
-                k += 1
+        for node, h in zip((node for g in groups for node in g), h_new):
+            node.hidden = h
 
     def _upload(self, *parts: list[int]) -> list[torch.Tensor]:
         """Send integer lists to the device in one host-to-device copy; views of it, one per list."""

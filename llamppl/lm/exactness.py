@@ -3,7 +3,8 @@
 :mod:`llamppl.lm.hf_arch` admits an architecture from its config and one probe
 forward; this module checks the result numerically at construction. A small
 probe tree (contexts of different lengths, siblings below a fresh prefix, a
-cached-prefix extension, longer than any attention window up to 64 tokens) is
+cached-prefix extension, two rows sharing a cached prefix, longer than any
+attention window up to 64 tokens) is
 served through the cache and compared with the model's own full forward; a
 difference beyond what rounding explains (:func:`rounding_tolerance`) refuses
 the model::
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["probe_contexts", "rounding_tolerance", "verify_exact"]
+__all__ = ["probe_contexts", "probe_difference", "rounding_tolerance", "verify_exact"]
 
 
 def rounding_tolerance(dtype: torch.dtype, n_layers: int, max_logit: float) -> float:
@@ -46,7 +47,9 @@ def probe_contexts(
     """The probe's request batches (token ids below ``high``, seed 0); ``[]`` if the cache is too small.
 
     First batch: padding and a tree row (siblings below a fresh prefix); second:
-    an extension of a cached prefix. The tree fits ``max_cache_tokens``.
+    an extension of a cached prefix; third: two rows extending different cached
+    contexts with a common prefix (:mod:`llamppl.lm.prefix_attention`'s path). The
+    first two batches fit ``max_cache_tokens``.
     """
     finite = [w for w in windows if w is not None]
     length = min(64, max(finite) + 6) if finite else 12
@@ -63,7 +66,9 @@ def probe_contexts(
         tuple(base[: length - 1]) + (base[length + 1],),
         tuple(base[:3]),
     ]
-    return [first, [tuple(base[: length + 2])]]
+    second = [tuple(base[: length + 2])]
+    third = [second[0] + (base[0],), first[2] + (base[1],)]  # common prefix: length - 1 tokens
+    return [first, second, third]
 
 
 def verify_exact(lm: Any, tolerance: float | None = None) -> float:
@@ -71,8 +76,20 @@ def verify_exact(lm: Any, tolerance: float | None = None) -> float:
 
     ``lm`` is a :class:`~llamppl.CachedCausalLM`; ``tolerance`` defaults to
     :func:`rounding_tolerance` (1e-3 in float32). The cache and the counters are
-    cleared afterwards.
+    cleared afterwards. A mismatch with ``lm.share_prefix`` on turns sharing off
+    and probes again: the model is refused only if its per-row path differs too.
     """
+    try:
+        return probe_difference(lm, tolerance)
+    except ValueError:
+        if not lm.share_prefix:
+            raise
+        lm.share_prefix = False
+        return probe_difference(lm, tolerance)
+
+
+def probe_difference(lm: Any, tolerance: float | None) -> float:
+    """:func:`verify_exact` with the LM's current settings (no second try)."""
     arch = lm.arch
     batches = probe_contexts(
         arch.windows,

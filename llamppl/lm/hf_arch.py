@@ -70,6 +70,16 @@ class Architecture:
     def mask_is_dict(self) -> bool:
         return self.layer_types is not None and len(set(self.windows)) > 1
 
+    def transform_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The config's logit transforms applied to ``lm_head``'s output: multiply, divide, tanh cap."""
+        if self.logit_multiply is not None:
+            logits = logits * self.logit_multiply
+        if self.logit_divide is not None:
+            logits = logits / self.logit_divide
+        if self.logit_softcap:
+            logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
+        return logits
+
 
 def _refuse(name: str, reason: str) -> ValueError:
     return ValueError(f"CachedCausalLM cannot serve {name} exactly: {reason}")

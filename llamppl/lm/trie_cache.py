@@ -72,6 +72,10 @@ class CacheStats(LMStats):
         Trie nodes evicted to respect ``max_cache_tokens``.
     uploads : int
         Host-to-device copies of index data (one per forward).
+    shared_prefix_tokens : int
+        Key columns not gathered per row because every row of the forward shared them:
+        rows x shared prefix tokens, summed over forwards
+        (:mod:`llamppl.lm.prefix_attention` reads them once per layer instead).
     """
 
     cached_tokens: int = 0
@@ -79,6 +83,7 @@ class CacheStats(LMStats):
     peak_cache_bytes: int = 0
     evictions: int = 0
     uploads: int = 0
+    shared_prefix_tokens: int = 0
 
     def reset(self) -> None:
         """Zero the work counters; the peaks restart from the current cache size."""

@@ -4,8 +4,9 @@ Tiny random-weight models built from ``transformers`` config classes (no
 download): hidden 64, 2–4 layers, grouped K/V heads where the architecture has
 them, a 96-token word-level vocabulary. Every windowed model gets a window of
 8, and the contexts (a branching tree, 11–40 tokens) are longer than that.
-Each context is requested on its own, then all of them together, then again
-after eviction; each is compared with ``model(ids).logits`` of a fresh forward.
+Each context is requested on its own, then all of them together, then one token
+longer (rows sharing a cached prefix), then again after eviction; each is compared
+with ``model(ids).logits`` of a fresh forward.
 """
 
 from __future__ import annotations
@@ -255,6 +256,11 @@ def _max_diff(lm, model, contexts, together: bool) -> float:
 
 
 ATTN = ["sdpa", "eager"]
+#: read the rows' common prefix once (sdpa, no window, pool K/V passed unchanged to the attention
+#: interface); eager, windowed, Falcon (own attention code), DeepSeek-V3 (latents) read it per row
+SHARE_PREFIX = set(
+    "llama qwen2 qwen3 mixtral qwen3-moe olmo2 granite cohere granite-moe gpt2 gpt-neox opt".split()
+)
 
 
 @pytest.mark.parametrize("attn", ATTN)
@@ -269,6 +275,11 @@ def test_cached_logprobs_equal_fresh_forward(tokenizer, arch, attn):
     assert _max_diff(lm, model, contexts, together=False) <= TOL
     lm.clear_cache()
     assert _max_diff(lm, model, contexts, together=True) <= TOL
+    # an SMC-like step: every context one token longer, all rows sharing the trunk's start
+    steps = [c + (3 + i % 7,) for i, c in enumerate(contexts)]
+    assert _max_diff(lm, model, steps, together=True) <= TOL
+    assert (lm.stats.shared_prefix_tokens > 0) == lm.share_prefix
+    assert lm.share_prefix == (arch in SHARE_PREFIX and attn == "sdpa")
     small = CachedCausalLM(model, tokenizer, max_cache_tokens=48, verify=False)
     assert _max_diff(small, model, contexts, together=True) <= TOL
     assert small.stats.evictions > 0

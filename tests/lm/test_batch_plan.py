@@ -7,7 +7,14 @@ The expected layouts are worked out by hand from the module docstrings of
 import pytest
 import torch
 
-from llamppl.lm.batch_plan import Request, count_new_tokens, group_paths, plan_rows
+from llamppl.lm.batch_plan import (
+    Request,
+    common_ancestor,
+    count_new_tokens,
+    group_paths,
+    plan_rows,
+    shared_prefix,
+)
 from llamppl.lm.tree_mask import tree_mask
 from llamppl.lm.trie import TokenTrie
 from llamppl.lm.trie_cache import TrieCache
@@ -113,3 +120,32 @@ def test_cache_budget_default_rollback_and_splitting():
     assert served == [[0, 1], [2], [3, 4]]
     with pytest.raises(ValueError, match="max_cache_tokens=4 is too small for a context of 9"):
         cache.serve_in_parts([tuple(range(9))], lambda part: False)
+
+
+def test_shared_prefix_is_the_common_path_and_rows_leave_it_out():
+    """Bases 5 7 9 and 5 7 8 share 5 7 (slots 0, 1: contiguous); rows hold only the rest."""
+    trie = TokenTrie(16)
+    a = trie.insert(trie.root, [5, 7, 9])[-1]  # slots 0 1 2
+    b = trie.insert(a.parent, [8])[-1]  # slot 3
+    assert common_ancestor([a, b]).tokens() == (5, 7)
+    assert shared_prefix([a, b]) == (2, [0, 1], 0)
+    assert shared_prefix([a]) == (0, [], None)  # one row: nothing to share
+    c = trie.insert(trie.root, [4])[-1]
+    assert shared_prefix([a, c]) == (0, [], None)  # no common token
+    new = [trie.insert(a, [1]), trie.insert(b, [2, 6])]
+    groups, bases = group_paths([a, b], new)
+    plan = plan_rows(groups, bases, SCRATCH, shared=2)
+    assert (plan.P, plan.T, plan.p_len) == (1, 2, [1, 1])
+    # per row: the key past the shared 5 7, then the new tokens (left padded)
+    assert plan.read == [2, SCRATCH, 5] + [3, 6, 7]
+    assert plan.pos == [0, 3, 3, 4]  # positions still count the shared prefix
+
+
+def test_shared_prefix_reports_scattered_slots():
+    """A common path whose slots are not consecutive is read with its slot list."""
+    trie = TokenTrie(16)
+    p = trie.insert(trie.root, [5, 7])[-1]  # slots 0 1
+    trie.insert(trie.root, [4])  # slot 2
+    q = trie.insert(p, [9])[-1]  # slot 3: the path 5 7 9 is slots 0 1 3
+    r, s = trie.insert(q, [1])[-1], trie.insert(q, [2])[-1]
+    assert shared_prefix([r, s]) == (3, [0, 1, 3], None)
