@@ -193,6 +193,9 @@ def _serve_group(requests: list[tuple], positions: list[int], out: list) -> None
     by_op: dict[str, list[int]] = {op: [] for op in _OPS}
     for k in positions:
         by_op[requests[k][0]].append(k)
+    # uniforms of the masked and unmasked draws, in submission order
+    draws = [k for k in positions if requests[k][0] in ("sample", "sample_in")]
+    uniform = dict(zip(draws, _uniforms([_rng_of(requests[k]) for k in draws])))
     parts: list[torch.Tensor] = []  # per op: [n] float64 values, read back together
     widths: list[tuple[str, int]] = []  # (op, values per request) in the order of parts
 
@@ -204,14 +207,14 @@ def _serve_group(requests: list[tuple], positions: list[int], out: list) -> None
 
     if ks := by_op["sample"]:
         rows = rows_of(ks)
-        u = _uniforms([requests[k][2] for k in ks], rows)
+        u = _as_row_tensor([uniform[k] for k in ks], rows)
         ids = _invert(torch.exp(rows - rows.amax(dim=1, keepdim=True)), u)
         parts += [ids.double(), rows.gather(1, ids[:, None])[:, 0].double()]
         widths.append(("sample", 2))
     if ks := by_op["sample_in"]:
         rows, masks = rows_of(ks), torch.stack(args_of(ks, 1))
         shift, probs = _masked_exp(rows, masks)
-        ids = _invert(probs, _uniforms(args_of(ks, 0), rows))
+        ids = _invert(probs, _as_row_tensor([uniform[k] for k in ks], rows))
         log_z = shift[:, 0].double() + torch.log(probs.sum(dim=1).double())  # logsumexp(x[mask])
         parts += [ids.double(), rows.gather(1, ids[:, None])[:, 0].double() - log_z]
         widths.append(("sample_in", 2))
@@ -262,9 +265,16 @@ def _logaddexp(a: float, b: float) -> float:
     return hi if lo == -math.inf else hi + math.log1p(math.exp(lo - hi))
 
 
-def _uniforms(rngs: list, rows: torch.Tensor) -> torch.Tensor:
-    u = np.array([rng.random() for rng in rngs])  # submission order
-    return torch.from_numpy(u).to(device=rows.device, dtype=rows.dtype)
+def _rng_of(request: tuple):
+    return request[2] if request[0] == "sample" else request[2][0]
+
+
+def _uniforms(rngs: list) -> list[float]:
+    return [float(rng.random()) for rng in rngs]  # in the order given
+
+
+def _as_row_tensor(values: list[float], rows: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(values, device=rows.device, dtype=rows.dtype)
 
 
 def _masked_exp(rows: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -54,6 +54,18 @@ def test_masked_draw_is_sample_index_of_the_masked_row() -> None:
         assert lp == pytest.approx(float(r[i]) - float(torch.logsumexp(r[m], 0)), abs=1e-5)
 
 
+def test_a_mixed_round_takes_its_uniforms_in_submission_order() -> None:
+    rows, masks = random_rows(12, 300, seed=4)
+    plain = [k % 3 == 0 for k in range(12)]  # every third particle has no pending mask
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    requests = [
+        ("sample", r, a) if p else ("sample_in", r, (a, m)) for r, m, p in zip(rows, masks, plain)
+    ]
+    out = serve_rows(requests)
+    for (i, _), r, m, p in zip(out, rows, masks, plain):
+        assert i == sample_index(r if p else masked_log_softmax(r, m), b)
+
+
 def test_masked_draw_has_the_masked_law() -> None:
     rows, masks = random_rows(3, 6, seed=5)
     rows[0] = torch.tensor([0.0, -0.5, -1.0, -1.5, -2.0, -2.5])
