@@ -22,6 +22,7 @@ thread count::
 
     bash scripts/setup-peer.sh
     .venv/bin/python benchmarks/bench_peer.py --tokens 30 100 --repeats 3
+    .venv/bin/python benchmarks/bench_peer.py --tokens 30 --repeats 1 --seed 1   # one more seed
 """
 
 from __future__ import annotations
@@ -256,7 +257,7 @@ def median(rows: list[dict], key: str) -> float:
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _args import positive_int
+    from _args import nonnegative_int, positive_int
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=positive_int, nargs="+", default=[30, 100])
@@ -265,6 +266,8 @@ def main() -> None:
     ap.add_argument("--particles", type=positive_int, default=16)
     ap.add_argument("--beam", type=positive_int, default=3, help="K of smc_steer")
     ap.add_argument("--repeats", type=positive_int, default=3, help="runs per row (median)")
+    ap.add_argument("--seed", type=nonnegative_int, default=0,
+                    help="seed of the first repeat (repeats use seed, seed + 1, ...)")  # fmt: skip
     ap.add_argument("--peer-repeats-long", type=positive_int, default=None,
                     help="repeats of rows with T >= 100 (default --repeats): the peer is slow")  # fmt: skip
     ap.add_argument("--threads", type=positive_int, default=1, help="torch threads, both sides")
@@ -300,7 +303,7 @@ def main() -> None:
                 if tokens >= 100 and args.peer_repeats_long is not None:
                     reps = args.peer_repeats_long
                 ours, theirs, stopped = [], [], False
-                for seed in range(reps):
+                for seed in range(args.seed, args.seed + reps):
                     ours.append(run_ours(lm, method, tokens, args.particles, args.beam, seed))
                     job = dict(method=method, tokens=tokens, n=args.particles, beam=args.beam)
                     out = peer.run(args.peer_timeout, seed=seed, **job)

@@ -14,9 +14,10 @@ another counts only in its own category. Categories:
 ``logsoftmax``  log-softmax of the head's logits
 ``extract``     row extraction: hidden rows to nodes, log-prob rows to requests
 ``sampling``    token sampling (``llamppl.token.sample_index``; batched: ``serve_rows``,
-                which also reads the round's mask masses and observed log-probs)
+                which also reads the round's mask masses and observed log-probs, and
+                applies the pending masks)
 ``constraint``  the constraint's vectorised mask (``allowed_mask``), part of model code
-``model``       the rest of the user's ``step`` and the DSL (mask_dist masses, masked log-softmax)
+``model``       the rest of the user's ``step`` and the DSL
 ``other``       the rest of the step's wall time: engine (weights, resampling, clones), asyncio
 
 ``--clock cpu`` times with this thread's CPU time instead of the wall clock (with one

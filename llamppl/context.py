@@ -291,6 +291,8 @@ class LMNextToken(Distribution):
         self.context = context
 
     async def log_probs(self) -> torch.Tensor:
+        """The ``(V,)`` log-probs, masked and renormalised if a mask is pending (one row: for
+        ``support()`` and callers; ``sample``/``log_prob`` mask inside the batched read)."""
         lp = await self.context.next_token_logprobs()
         mask = self.context.pending_mask
         if mask is not None:
@@ -298,16 +300,20 @@ class LMNextToken(Distribution):
         return lp
 
     async def sample(self, rng=None):
-        lp = await self.log_probs()
-        i, log_p = await sample_row(lp, rng or current_rng())  # one draw for all particles
+        # The pending mask goes to the batched draw: one [N, V] masked, renormalised
+        # computation for all particles (M'_t of §2.2), no per-particle masked log-softmax.
+        lp = await self.context.next_token_logprobs()
+        mask = self.context.pending_mask
+        i, log_p = await sample_row(lp, rng or current_rng(), mask)
         self.context.extend(i)
         return Token(self.context.lm, i), log_p
 
     async def log_prob(self, value):
-        lp = await self.log_probs()
+        lp = await self.context.next_token_logprobs()
+        mask = self.context.pending_mask  # read before extend() clears it
         i = int(value)
         self.context.extend(i)
-        return await gather_row(lp, i)
+        return await gather_row(lp, i, mask)
 
     async def support(self):
         return token_support(self.context.lm, await self.log_probs())
@@ -328,9 +334,10 @@ class LMTokenMask(Distribution):
         self.mask = mask
 
     async def _log_masses(self) -> tuple[float, float]:
-        # Conditional on a pending mask m0 (an earlier observation): P(mask | m0), P(~mask | m0).
-        lp = await LMNextToken(self.context).log_probs()
-        return await row_masses(lp, self.mask)
+        # Conditional on a pending mask m0 (an earlier observation): P(mask | m0), P(~mask | m0),
+        # renormalised inside the batched read.
+        lp = await self.context.next_token_logprobs()
+        return await row_masses(lp, self.mask, self.context.pending_mask)
 
     async def sample(self, rng=None):
         inside, outside = await self._log_masses()
