@@ -259,9 +259,15 @@ def json_grammar(
             relax,
         )
     if spec is None:
+        hint = (
+            "; the schema exceeds the grammar engine's limits: fewer optional properties, or "
+            "max_decimals=None (each bounded number adds lexer states), may help"
+            if "too big" in str(error)
+            else ""
+        )
         raise ValueError(
             f"invalid json_schema: llguidance cannot express it{' even relaxed' if relax else ''}: "
-            f"{error}"
+            f"{error}{hint}"
         )
     grammar = Grammar("json_schema", schema, spec, check=SchemaCheck(schema), relaxed=reasons)
     _CACHE[key] = grammar

@@ -80,7 +80,8 @@ def test_grammar_with_no_finite_string_is_refused_at_construction(smollm):
 
 def test_schema_with_3000_optional_properties_is_refused_at_construction(smollm):
     schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(3000)}}
-    with pytest.raises(
-        ValueError, match="exceeds the grammar engine's limits.*optional properties"
-    ):
-        GrammarConstraint(smollm, "x", json_schema=schema, max_tokens=40)
+    for budget in ({"max_decimals": None}, {}):  # refused at the first token / at compile
+        with pytest.raises(
+            ValueError, match="exceeds the grammar engine's limits.*optional properties"
+        ):
+            GrammarConstraint(smollm, "x", json_schema=schema, max_tokens=40, **budget)
