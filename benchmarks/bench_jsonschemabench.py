@@ -216,7 +216,7 @@ def generation(lm, args, done: set, write) -> None:
                 continue
             f = samples[collection][i]
             schema = load(f)
-            for method in ("smc", "hf"):
+            for method in args.methods:
                 key = ("gen", collection, f.name, method, args.particles)
                 if key in done:
                     continue
@@ -291,6 +291,9 @@ def main() -> None:
     parser.add_argument("--collections", nargs="+", default=list(COLLECTIONS))
     parser.add_argument("--sample", type=nonnegative_int, default=50)
     parser.add_argument("--particles", type=positive_int, default=4)
+    parser.add_argument(
+        "--methods", nargs="+", choices=["smc", "hf"], default=["smc", "hf"], help="what to run"
+    )
     parser.add_argument("--mask-particles", type=nonnegative_int, default=64)
     parser.add_argument("--mask-schemas", type=nonnegative_int, default=1, help="collections")
     parser.add_argument("--max-tokens", type=positive_int, default=None)

@@ -1,6 +1,7 @@
 """``generate_json``: JSON that matches a schema, sampled from the LM's exact conditional by SMC.
 
-Runs :func:`~llamppl.inference.smc_standard` on a
+Runs :func:`~llamppl.inference.importance_sampling` (or, with ``ess_threshold``,
+:func:`~llamppl.inference.smc_standard`) on a
 :class:`~llamppl.models.GrammarConstraint` with ``json_schema=schema`` and
 returns the posterior over *parsed* objects (dicts, or pydantic instances when
 ``schema`` is a pydantic model class) with ``log_ml`` = log Ẑ, an unbiased
@@ -122,7 +123,7 @@ def generate_json(
     closed_objects: bool = True,
     max_decimals: int | None = MAX_DECIMALS,
     chat: bool = False,
-    ess_threshold: float = 0.5,
+    ess_threshold: float | None = None,
     resampling: str = "systematic",
 ) -> StructuredResult:
     """Sample JSON matching ``schema`` from ``lm``'s conditional distribution given validity.
@@ -164,14 +165,23 @@ def generate_json(
     chat : bool
         Build the prompt with the LM's chat template, JSONSchemaBench's instruction
         as system message and the schema in the user message (:func:`schema_prompt`).
-    ess_threshold, resampling
+    ess_threshold : float | None
+        ``None`` (the default): no resampling with ``proposal="mask"``
+        (:func:`~llamppl.inference.importance_sampling`: N independent masked draws,
+        weighted exactly), resampling at ESS < N/2 with ``proposal="sample"`` (whose
+        particles die on forbidden tokens). A number runs
+        :func:`~llamppl.inference.smc_standard` with that threshold. Under the mask
+        proposal a particle's weight is its allowed mass, ≈ 1 inside free strings, so
+        resampling at small N collapses onto the particles that then run out of
+        ``max_tokens`` (docs: "Why no resampling by default").
+    resampling
         Passed to :func:`~llamppl.inference.smc_standard`.
 
     Returns
     -------
     StructuredResult
     """
-    from llamppl.inference import smc_standard
+    from llamppl.inference import importance_sampling, smc_standard
 
     check_positive_int("n_particles", n_particles)
     if not isinstance(chat, bool):
@@ -190,11 +200,15 @@ def generate_json(
         closed_objects=closed_objects,
         max_decimals=max_decimals,
     )
-    result = run(
-        smc_standard(
-            model, n_particles, ess_threshold=ess_threshold, resampling=resampling, seed=seed
+    if ess_threshold is None and proposal == "mask":
+        result = run(importance_sampling(model, n_particles, seed=seed))
+    else:
+        threshold = 0.5 if ess_threshold is None else ess_threshold
+        result = run(
+            smc_standard(
+                model, n_particles, ess_threshold=threshold, resampling=resampling, seed=seed
+            )
         )
-    )
     failures = dict(Counter(p.failure for p in result.particles if p.failure is not None))
     if result.log_ml == -float("inf"):
         warnings.warn(

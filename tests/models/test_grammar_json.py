@@ -349,3 +349,24 @@ def test_free_values_are_scalars_or_flat_containers():
         assert _consumes(lm, budgeted, text) is ok
     nested = ["[", "[", "[", "1", "]", "]", "]"]  # an array in an array in the free value
     assert not _consumes(lm, budgeted, nested) and _consumes(lm, open_, nested)
+
+
+def test_generate_json_default_is_importance_sampling_and_unbiased():
+    """Mask proposal: no resampling by default (independent exact draws); mean Ẑ within 4 SE."""
+    schema = RELAXED["oneOf"]
+    lm = _lm(DIGITS)
+    exact = run(enumerate_exact(GrammarConstraint(lm, [], json_schema=schema, max_tokens=3)))
+    out = generate_json(lm, [], schema, n_particles=4, seed=0, max_tokens=3)
+    assert out.result.algorithm == "importance_sampling"
+    assert not any(step.resampled for step in out.result.history)
+    smc = generate_json(lm, [], schema, n_particles=4, seed=0, max_tokens=3, ess_threshold=0.5)
+    sample = generate_json(lm, [], schema, n_particles=4, seed=0, max_tokens=3, proposal="sample")
+    assert smc.result.algorithm == sample.result.algorithm == "smc_standard"
+    z = np.array(
+        [
+            math.exp(generate_json(lm, [], schema, n_particles=4, seed=s, max_tokens=3).log_ml)
+            for s in range(200)
+        ]
+    )
+    se = z.std(ddof=1) / math.sqrt(len(z))
+    assert abs(z.mean() - math.exp(exact.log_ml)) < 4 * se
