@@ -19,9 +19,10 @@ coerced to the LM's byte tokens, SMC with ESS threshold 0.5, ``hf`` backend on C
 one torch thread. The ORIGINAL schema is given to genlm-control, under its own
 semantics (Draft 7 validation, its own parser; no size or number budget).
 
-Each schema runs in a child process with a wall-clock ``--timeout``: a timeout is
-recorded as no output with the reason. The timed part is potential construction
-plus SMC (model load and a tiny warm-up run excluded, as the LM is warm in ours).
+Each schema runs in a child process with a wall-clock ``--timeout`` on its timed
+part: a timeout is recorded as no output with the reason. The timed part is
+potential construction plus SMC (model load and a tiny warm-up run excluded, as
+the LM is warm in ours).
 The returned object is a draw from the final weighted particles (as ours) and is
 validated here, in the parent process, with ``jsonschema`` against the schema's
 own draft (the parent never imports genlm-control, which patches ``jsonschema``).
@@ -32,8 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -112,6 +115,7 @@ def worker(path: Path, n: int, max_tokens: int, seed: int) -> dict:
     llm = PromptedLLM(AsyncTransformer(model, tok))
     llm.prompt_ids = tok.encode(chat_prompt(tok, WARMUP), add_special_tokens=False)
     asyncio.run(_smc(llm, WARMUP, 2, 4, seed))  # warm-up: tries and caches
+    print("ready", flush=True)  # the parent's timeout starts here
     schema = json.loads(path.read_text())
     llm.prompt_ids = tok.encode(chat_prompt(tok, schema), add_special_tokens=False)
     random.seed(seed)
@@ -148,19 +152,33 @@ def worker(path: Path, n: int, max_tokens: int, seed: int) -> dict:
 
 
 def run_child(path: Path, args) -> dict:
-    """The worker in a child process, killed after ``args.timeout`` seconds."""
+    """The worker in a child process, killed ``args.timeout`` s after its warm-up ends.
+
+    The child prints ``ready`` once the model is loaded and warmed up, so the
+    timeout bounds the timed part (the setup gets its own ``args.timeout``).
+    """
     cmd = [sys.executable, __file__, "--worker", str(path), "--particles", str(args.particles)]
     cmd += ["--max-tokens", str(args.max_tokens), "--seed", str(args.seed)]
-    t = time.perf_counter()
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        reason = f"timeout: no result within {args.timeout:.0f} s (child killed)"
-        seconds = time.perf_counter() - t
-        return {"seconds": seconds, "tokens": 0, "text": None, "timeout": reason}
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        reason = f"child exit {done.returncode}: {done.stderr.strip()[-300:]}"
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        ready, _, _ = select.select([proc.stdout], [], [], args.timeout)
+        if ready:
+            proc.stdout.readline()
+        t = time.perf_counter()
+        try:
+            out, _ = proc.communicate(timeout=args.timeout if ready else 0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            seconds = time.perf_counter() - t
+            what = "result" if ready else "model load and warm-up"
+            reason = f"timeout: no {what} within {args.timeout:g} s (child killed)"
+            return {"seconds": seconds, "tokens": 0, "text": None, "timeout": reason}
+        err.seek(0)
+        stderr = err.read()
+    lines = out.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        reason = f"child exit {proc.returncode}: {stderr.strip()[-300:]}"
         return {"seconds": 0.0, "tokens": 0, "text": None, "refused": reason}
     return json.loads(lines[-1])
 
