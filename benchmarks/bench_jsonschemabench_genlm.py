@@ -31,8 +31,10 @@ own draft (the parent never imports genlm-control, which patches ``jsonschema``)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -55,6 +57,7 @@ MODEL_DIR = Path(os.path.expanduser("~/.cache/llamppl/SmolLM2-135M-Instruct-fp32
 SCHEMA_INSTRUCTION = "You need to generate a JSON object that matches the schema below."
 WARMUP = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 METHOD = "genlm-control"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def sample(files: list[Path], k: int, seed: int) -> list[Path]:
@@ -87,13 +90,15 @@ def chat_prompt(tokenizer, schema) -> str:
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
-async def _smc(llm, schema, n: int, max_tokens: int, seed: int):
+async def _smc(llm, schema, n: int, max_tokens: int, seed: int, verbosity: int = 0):
     from genlm.control import AWRS, JsonSchema
 
     coerced = JsonSchema(schema).coerce(llm, f=b"".join)
     sampler = AWRS(llm, coerced, seed=seed)
     try:
-        return await sampler.smc(n_particles=n, ess_threshold=0.5, max_tokens=max_tokens)
+        return await sampler.smc(
+            n_particles=n, ess_threshold=0.5, max_tokens=max_tokens, verbosity=verbosity
+        )
     finally:
         await sampler.cleanup()
 
@@ -123,7 +128,8 @@ def worker(path: Path, n: int, max_tokens: int, seed: int) -> dict:
     torch.manual_seed(seed)
     t, cpu = time.perf_counter(), time.process_time()
     try:
-        seqs = asyncio.run(_smc(llm, schema, n, max_tokens, seed))
+        with contextlib.redirect_stdout(sys.stderr):  # each step's particles, for a timeout
+            seqs = asyncio.run(_smc(llm, schema, n, max_tokens, seed, verbosity=1))
     except Exception as exc:  # noqa: BLE001 - genlm refuses the schema: recorded, not fatal
         seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         reason = f"{type(exc).__name__}: {exc}"[:300]
@@ -173,7 +179,17 @@ def run_child(path: Path, args) -> dict:
             seconds = time.perf_counter() - t
             what = "result" if ready else "model load and warm-up"
             reason = f"timeout: no {what} within {args.timeout:g} s (child killed)"
-            return {"seconds": seconds, "tokens": 0, "text": None, "timeout": reason}
+            err.seek(0)
+            steps = [ANSI.sub("", x) for x in err.read().splitlines() if ":\t[" in x]
+            last = [x[:200] + " ... " + x[-200:] for x in steps[-args.particles :]]
+            return {
+                "seconds": seconds,
+                "tokens": 0,
+                "text": None,
+                "timeout": reason,
+                "particle_steps": len(steps),  # particle extensions printed before the kill
+                "last_particles": last,  # "log weight:\t[token|token|...]" at the kill
+            }
         err.seek(0)
         stderr = err.read()
     lines = out.strip().splitlines()
