@@ -180,7 +180,7 @@ def run_child(path: Path, args) -> dict:
             what = "result" if ready else "model load and warm-up"
             reason = f"timeout: no {what} within {args.timeout:g} s (child killed)"
             err.seek(0)
-            steps = [ANSI.sub("", x) for x in err.read().splitlines() if ":\t[" in x]
+            steps = [x for x in ANSI.sub("", err.read()).splitlines() if ":\t[" in x]
             last = [x[:200] + " ... " + x[-200:] for x in steps[-args.particles :]]
             return {
                 "seconds": seconds,
