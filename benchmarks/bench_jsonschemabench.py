@@ -19,7 +19,8 @@ guidance-ai/jsonschemabench (see that directory's README for source and commit).
    ``apply_masks``/``allowed_masks`` over the SMC time (run first).
 
 Every result is one JSON line in ``--out``; a rerun skips what is there (resumable),
-``--report`` only prints the tables. Prompt: the LM's chat template with
+``--report`` only prints the tables (``--extra FILE`` adds rows written by
+``bench_jsonschemabench_genlm.py``, grouped by method beside ours). Prompt: the LM's chat template with
 JSONSchemaBench's system line and the schema as the user message
 (``generate_json(..., chat=True)``).
 
@@ -262,14 +263,14 @@ def report(records: list[dict]) -> None:
         groups.setdefault((r["collection"], r["method"], r["n"], r["kind"]), []).append(r)
     for (c, m, n, kind), rs in sorted(groups.items()):
         secs = [r["seconds"] for r in rs]
-        cpus = [r["cpu_seconds"] for r in rs if "cpu_seconds" in r]
+        cpus = [r["cpu_seconds"] for r in rs if r.get("cpu_seconds") is not None]
         ok = sum(r.get("valid") is True for r in rs)
         bad = sum(r.get("valid") is False for r in rs)
         none = sum(r.get("valid") is None for r in rs)
         toks = sum(r["tokens"] for r in rs) / max(sum(secs), 1e-9)
         mask = sum(r.get("mask_seconds", 0.0) for r in rs) / max(sum(secs), 1e-9)
         label = m if kind == "gen" else f"{m} (mask run)"
-        share = "n/a" if m == "hf" else f"{100 * mask:.1f}%"  # the HF processor is not timed
+        share = f"{100 * mask:.1f}%" if m == "smc" else "n/a"  # only our SMC is timed
         print(
             f"| {c} | {label} | {n} | {len(rs)} | {ok} ({100 * ok / len(rs):.0f}%) | {bad} | "
             f"{none} | {_pct(secs, 50):.1f} | {_pct(secs, 90):.1f} | {_pct(cpus, 50):.1f} | "
@@ -300,6 +301,9 @@ def main() -> None:
     parser.add_argument("--seed", type=nonnegative_int, default=0)
     parser.add_argument("--out", type=Path, default=Path("jsonschemabench.jsonl"))
     parser.add_argument("--report", action="store_true", help="only print the tables")
+    parser.add_argument(
+        "--extra", type=Path, nargs="*", default=[], help="more JSON lines files for the report"
+    )
     args = parser.parse_args()
     if not args.report and not args.data.is_dir():
         parser.error(f"--data: no directory {args.data}")
@@ -327,6 +331,8 @@ def main() -> None:
                     write(coverage(args.data, c))
             lm = CachedCausalLM.default()
             generation(lm, args, done, write)
+    for path in args.extra:  # e.g. bench_jsonschemabench_genlm.py's rows, beside ours
+        records += [json.loads(line) for line in path.open()]
     report(records)
 
 
