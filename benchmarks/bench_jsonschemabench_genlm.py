@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_jsonschemabench import sample, validates  # the same seeded choice and check
 
 COLLECTIONS = ("Github_trivial", "Github_easy", "Glaiveai2K", "Snowplow")
 DATA = next(
@@ -58,27 +59,6 @@ SCHEMA_INSTRUCTION = "You need to generate a JSON object that matches the schema
 WARMUP = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 METHOD = "genlm-control"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def sample(files: list[Path], k: int, seed: int) -> list[Path]:
-    """The seeded choice of ``bench_jsonschemabench.sample`` (copied: no llamppl here)."""
-    rng = np.random.default_rng(seed)
-    idx = sorted(rng.choice(len(files), size=min(k, len(files)), replace=False))
-    return [files[i] for i in idx]
-
-
-def validates(schema, text: str | None) -> bool | None:
-    """As ``bench_jsonschemabench.validates``: None for no output, else jsonschema's verdict."""
-    if text is None:
-        return None
-    import jsonschema
-    from jsonschema.validators import validator_for
-
-    cls = validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        return cls(schema, format_checker=cls.FORMAT_CHECKER).is_valid(json.loads(text))
-    except Exception:  # noqa: BLE001 - unparsable text or unusable schema: not compliant
-        return False
 
 
 def chat_prompt(tokenizer, schema) -> str:
