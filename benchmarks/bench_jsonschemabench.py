@@ -84,13 +84,21 @@ class MaskTimer:
 
     def __init__(self) -> None:
         from llamppl.decoding import grammar_engine as engine
+        from llamppl.models import grammar as program  # forced-token chains call allowed_masks
 
-        self.engine, self.seconds = engine, 0.0
-        self.inner = {name: getattr(engine, name) for name in ("apply_masks", "allowed_masks")}
+        self.seconds = 0.0
+        self.inner = [
+            (module, name, getattr(module, name))
+            for module, names in (
+                (engine, ("apply_masks", "allowed_masks")),
+                (program, ("allowed_masks",)),
+            )
+            for name in names
+        ]
 
     def __enter__(self):
-        for name, fn in self.inner.items():
-            setattr(self.engine, name, self._timed(fn))
+        for module, name, fn in self.inner:
+            setattr(module, name, self._timed(fn))
         return self
 
     def _timed(self, fn):
@@ -104,8 +112,8 @@ class MaskTimer:
         return timed
 
     def __exit__(self, *exc):
-        for name, fn in self.inner.items():
-            setattr(self.engine, name, fn)
+        for module, name, fn in self.inner:
+            setattr(module, name, fn)
 
 
 def coverage(data: Path, collection: str) -> dict:
@@ -145,6 +153,7 @@ def run_smc(lm, schema, n: int, max_tokens: int, seed: int) -> dict:
         )
         seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
     tokens = sum(len(p.context.generated) for p in out.result.particles)
+    forced = sum(p.forced for p in out.result.particles)
     text = None
     if out.texts:
         p = np.array([w for _, w in out.texts])
@@ -157,6 +166,8 @@ def run_smc(lm, schema, n: int, max_tokens: int, seed: int) -> dict:
         "text": text,
         "log_ml": out.log_ml,
         "failures": out.failures,
+        "forced": forced,
+        "steps": max(len(p.context.generated) for p in out.result.particles),
     }
 
 

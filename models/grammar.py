@@ -54,6 +54,7 @@ with enough particles, gives the exact conditional::
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import math
 import warnings
@@ -142,12 +143,30 @@ class GrammarConstraint(Model):
     max_decimals : int | None
         For ``json_schema``: decimals per free number, and fewer than 16 integer digits
         where a number has no bound (default 6, same size budget); None: unbounded.
+    fast_forward : bool
+        With ``proposal="mask"``: take a token the grammar allows alone without a
+        forward pass of its own (default True; see "Forced tokens" below). Same
+        target, same weights; fewer forward passes.
+
+    Forced tokens
+    -------------
+    When the mask at s allows exactly one token f (not EOS), M'(f) = 1 and
+    G' = p(f | x s): the step needs p(f | x s), not a draw. With ``fast_forward``
+    the particle consumes such a chain f_1 … f_k in the grammar before asking the
+    LM, then requests the k + 1 next-token distributions along s f_1 … f_k
+    together; the LM's trie runs the k new tokens in the same forward pass as the
+    other particles' tokens. The step scores Σ_i log p(f_i | x s f_<i) (the k
+    singleton steps' G') and then draws the next token as usual, so the weights
+    and the target are those of the token-by-token program. A chain stops before
+    the last position of ``max_tokens``, where only EOS may come.
 
     Attributes
     ----------
     context : LMContext
     matcher : MatcherState
         The particle's grammar state (cloned with the particle).
+    forced : int
+        Tokens this particle took as forced tokens (no draw, no forward of their own).
     failure : str | None
         Why the particle got weight zero: ``"budget"``, ``"schema check: ..."``,
         ``"grammar engine: ..."``, ``"dead end: ..."`` (None while alive).
@@ -175,8 +194,11 @@ class GrammarConstraint(Model):
         max_array_items: int | None = MAX_ARRAY_ITEMS,
         closed_objects: bool = True,
         max_decimals: int | None = MAX_DECIMALS,
+        fast_forward: bool = True,
     ) -> None:
         super().__init__()
+        if not isinstance(fast_forward, bool):
+            raise TypeError(f"fast_forward must be a bool, got {type(fast_forward).__name__}")
         if proposal not in PROPOSALS:
             raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
         self.grammar = make_grammar(
@@ -194,6 +216,8 @@ class GrammarConstraint(Model):
             None if max_tokens is None else check_positive_int("max_tokens", max_tokens)
         )
         self.proposal = proposal
+        self.fast_forward = fast_forward
+        self.forced = 0
         self.context = LMContext(lm, prompt)
         self.matcher = MatcherState(lm, self.grammar)
         self.failure: str | None = None
@@ -211,9 +235,19 @@ class GrammarConstraint(Model):
     async def step(self) -> None:
         ctx = self.context
         lm = ctx.lm
-        last = self.max_tokens is not None and len(ctx.generated) + 1 >= self.max_tokens
         if self.proposal == "mask":
-            log_probs = await ctx.next_token_logprobs()  # (V,), coalesced across particles
+            forced = self._forced_chain() if self.fast_forward else []
+            if forced is None:
+                return  # the engine failed on a forced token
+            # all k + 1 distributions along s f_1 … f_k in one batched round (trie: one forward)
+            paths = [ctx.tokens + forced[:i] for i in range(len(forced) + 1)]
+            *before, log_probs = await asyncio.gather(*(lm.next_token_logprobs(p) for p in paths))
+            if forced:
+                self.score(sum(float(lp[f]) for lp, f in zip(before, forced)))  # singleton G'
+                for f in forced:
+                    ctx.extend(f)
+                self.forced += len(forced)
+            last = self.max_tokens is not None and len(ctx.generated) + 1 >= self.max_tokens
             # batched over the step's particles: q = p · 1_C(s w) (EOS iff accepting), G'_t = Σ q
             q, log_mass = await self._batcher.apply(self.matcher, log_probs, final=last)
             if log_mass == -math.inf:  # no allowed token: budget reached unfinished, or dead end
@@ -226,6 +260,7 @@ class GrammarConstraint(Model):
             elif not self.matcher.consume(int(token)):
                 self._die_in_engine(int(token))
             return
+        last = self.max_tokens is not None and len(ctx.generated) + 1 >= self.max_tokens
         token = await self.sample(ctx.next_token())  # M_t = p
         if token == lm.eos_token_id:
             if not self.matcher.accepting:  # G_t = 1_L(s)
@@ -239,6 +274,29 @@ class GrammarConstraint(Model):
                 self._die_in_engine(int(token))
             else:
                 self._die("token outside the grammar")
+
+    def _forced_chain(self) -> list[int] | None:
+        """Consume the tokens the grammar allows alone from here (class docstring, "Forced tokens").
+
+        A token is forced when the mask allows exactly it (EOS excluded: an accepting
+        matcher allows EOS too). A mask can only be a singleton where the engine
+        forces at least the next byte, so ``compute_ff_bytes`` (≈0.2 µs) screens
+        the positions before a mask (≈0.1 ms) is computed. None if the engine
+        failed (the particle is dead).
+        """
+        forced: list[int] = []
+        lm, state = self.context.lm, self.matcher
+        room = None if self.max_tokens is None else self.max_tokens - len(self.context.generated)
+        while (room is None or len(forced) + 1 < room) and state.matcher.compute_ff_bytes():
+            allowed = torch.nonzero(allowed_masks(lm, [state])[0]).flatten()
+            if allowed.numel() != 1 or int(allowed[0]) == lm.eos_token_id:
+                break
+            token = int(allowed[0])
+            forced.append(token)
+            if not state.consume(token):
+                self._die_in_engine(token)
+                return None
+        return forced
 
     def _end(self) -> None:
         """EOS after an accepted text: the final potential 1_valid(y) for JSON Schemas."""

@@ -122,6 +122,7 @@ def generate_json(
     max_array_items: int | None = MAX_ARRAY_ITEMS,
     closed_objects: bool = True,
     max_decimals: int | None = MAX_DECIMALS,
+    fast_forward: bool = True,
     chat: bool = False,
     ess_threshold: float | None = None,
     resampling: str = "systematic",
@@ -162,6 +163,9 @@ def generate_json(
     max_decimals : int | None
         Decimals per free number, and fewer than 16 integer digits where a number has
         no bound: the same size budget, default 6; ``None``: unbounded.
+    fast_forward : bool
+        Take the tokens the grammar allows alone without a forward pass of their own
+        (default True; same target and weights, :class:`GrammarConstraint`).
     chat : bool
         Build the prompt with the LM's chat template, JSONSchemaBench's instruction
         as system message and the schema in the user message (:func:`schema_prompt`).
@@ -199,6 +203,7 @@ def generate_json(
         max_array_items=max_array_items,
         closed_objects=closed_objects,
         max_decimals=max_decimals,
+        fast_forward=fast_forward,
     )
     if ess_threshold is None and proposal == "mask":
         result = run(importance_sampling(model, n_particles, seed=seed))

@@ -119,6 +119,51 @@ def test_smc_z_hat_is_unbiased(case, proposal):
     assert abs(z_hats.mean() - z) < 4 * se, (z_hats.mean(), z, se)
 
 
+# ---------------------------------------------------------------- forced tokens (fast_forward)
+FORCED_VOCAB = ["<s>", "a", "b", "c", "d", "<eos>"]
+FORCED_REGEX = "(a|b)ddd(c|ab)?"  # "ddd" and the "b" after "a" are singletons of the mask
+
+
+@pytest.mark.parametrize("max_tokens", [5, 6, 7, 8])
+def test_fast_forward_is_exact_including_chains_cut_by_the_budget(max_tokens):
+    """A chain stops before the last position, so budgets 5–8 cut it at every point."""
+    vocab = FORCED_VOCAB
+    log_z, post = _brute_force(
+        vocab,
+        wavy_logits(len(vocab)),
+        lambda t: re.fullmatch(FORCED_REGEX, t) is not None,
+        max_tokens,
+    )
+    for fast_forward in (True, False):
+        model = GrammarConstraint(
+            _lm(vocab), [], regex=FORCED_REGEX, max_tokens=max_tokens, fast_forward=fast_forward
+        )
+        exact = run(enumerate_exact(model))
+        assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
+        assert set(exact.posterior) == set(post)
+        for text, p in post.items():
+            assert exact.posterior[text] == pytest.approx(p, rel=1e-9, abs=1e-15)
+
+
+def test_fast_forward_takes_forced_tokens_in_the_forward_of_the_next_draw():
+    """Forced tokens cost LM rounds only without fast_forward (exactness: the test above)."""
+    runs = {}
+    for fast_forward in (True, False):
+        lm = _lm(FORCED_VOCAB)
+        model = GrammarConstraint(
+            lm, [], regex=FORCED_REGEX, max_tokens=8, fast_forward=fast_forward
+        )
+        result = run(smc_standard(model, 8, seed=3))
+        runs[fast_forward] = (result, lm.batch_calls)
+    (fast, fast_calls), (slow, slow_calls) = runs[True], runs[False]
+    assert all(p.forced >= 3 for p in fast.particles)  # "ddd" at least, no draw for them
+    assert all(p.forced == 0 for p in slow.particles)
+    assert all(re.fullmatch(FORCED_REGEX, text) for text in fast.posterior)
+    assert fast_calls <= slow_calls - 3  # >= 3 LM rounds saved ("ddd")
+    with pytest.raises(TypeError, match="fast_forward"):
+        GrammarConstraint(_lm(FORCED_VOCAB), [], regex="a", fast_forward=1)
+
+
 # ---------------------------------------------------------------- local masking is biased
 BIAS_VOCAB = ["<s>", "a", "b", "c", "<eos>"]
 
