@@ -67,7 +67,7 @@ FLOORS: list[tuple[str, str, tuple[str, ...]]] = [
 #: import them, except the package root, which counts as the DSL floor for its importers.
 API_EDGE = {
     "llamppl": "package root: re-exports the DSL and the LMs; lazy __getattr__ for the engines",
-    "llamppl.distributed": "alias of llamppl.inference.distributed (sys.modules)",
+    "llamppl.distributed": "alias of llamppl.inference.distributed (importlib, sys.modules)",
     "llamppl.llms": "LLaMPPL's module name for the LMs (compatibility alias)",
 }
 ROOT_AS_FLOOR = "dsl"

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from grammar_lms import wavy_logits
+from grammar_lms import assert_exact, brute_force, wavy_lm
 
 from llamppl import FunctionLM, run
 from llamppl.decoding.grammar_engine import mask_batcher
@@ -25,30 +25,6 @@ LARK = """
 start: expr
 expr: "a" | "(" expr "+" expr ")"
 """
-
-
-def _log_softmax(z):
-    z = np.array(z, dtype=np.float64)
-    return z - np.logaddexp.reduce(z)
-
-
-def _brute_force(vocab, lm_fn, in_language, max_tokens):
-    """log Z and p(y | y ∈ L) keyed by text, summing p(seq EOS) over EVERY token sequence of
-    fewer than ``max_tokens`` tokens (depth-first, float64, from the logits function directly)."""
-    eos = len(vocab) - 1
-    acc: dict[str, float] = {}
-
-    def visit(ctx, text, logp):
-        lp = _log_softmax(lm_fn(tuple(ctx)))
-        if in_language(text):
-            acc[text] = acc.get(text, 0.0) + math.exp(logp + lp[eos])
-        if len(ctx) < max_tokens:  # ctx holds BOS + generated tokens
-            for t in range(1, eos):
-                visit(ctx + [t], text + vocab[t], logp + lp[t])
-
-    visit([0], "", 0.0)
-    Z = sum(acc.values())
-    return math.log(Z), {t: p / Z for t, p in acc.items()}
 
 
 def _lark_member(text):
@@ -80,13 +56,9 @@ CASES = {
 }
 
 
-def _lm(vocab):
-    return FunctionLM(vocab, len(vocab) - 1, wavy_logits(len(vocab)), bos_token_id=0)
-
-
 def _model(case, proposal, lm=None):
     c = CASES[case]
-    lm = lm or _lm(c["vocab"])
+    lm = lm or wavy_lm(c["vocab"])
     return GrammarConstraint(lm, [], proposal=proposal, max_tokens=c["max_tokens"], **c["kw"])
 
 
@@ -95,15 +67,9 @@ def _model(case, proposal, lm=None):
 @pytest.mark.parametrize("proposal", ["mask", "sample"])
 def test_enumerate_exact_equals_brute_force(case, proposal):
     c = CASES[case]
-    log_z, post = _brute_force(
-        c["vocab"], wavy_logits(len(c["vocab"])), c["member"], c["max_tokens"]
-    )
+    log_z, post = brute_force(c["vocab"], c["member"], c["max_tokens"])
     assert len(post) >= 3  # a non-trivial language within the budget
-    exact = run(enumerate_exact(_model(case, proposal)))
-    assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
-    assert set(exact.posterior) == set(post)
-    for text, p in post.items():
-        assert exact.posterior[text] == pytest.approx(p, rel=1e-9, abs=1e-15)
+    assert_exact(_model(case, proposal), log_z, post)
 
 
 @pytest.mark.parametrize(
@@ -128,28 +94,23 @@ FORCED_REGEX = "(a|b)ddd(c|ab)?"  # "ddd" and the "b" after "a" are singletons o
 def test_fast_forward_is_exact_including_chains_cut_by_the_budget(max_tokens):
     """A chain stops before the last position, so budgets 5–8 cut it at every point."""
     vocab = FORCED_VOCAB
-    log_z, post = _brute_force(
+    log_z, post = brute_force(
         vocab,
-        wavy_logits(len(vocab)),
         lambda t: re.fullmatch(FORCED_REGEX, t) is not None,
         max_tokens,
     )
     for fast_forward in (True, False):
         model = GrammarConstraint(
-            _lm(vocab), [], regex=FORCED_REGEX, max_tokens=max_tokens, fast_forward=fast_forward
+            wavy_lm(vocab), [], regex=FORCED_REGEX, max_tokens=max_tokens, fast_forward=fast_forward
         )
-        exact = run(enumerate_exact(model))
-        assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
-        assert set(exact.posterior) == set(post)
-        for text, p in post.items():
-            assert exact.posterior[text] == pytest.approx(p, rel=1e-9, abs=1e-15)
+        assert_exact(model, log_z, post)
 
 
 def test_fast_forward_takes_forced_tokens_in_the_forward_of_the_next_draw():
     """Forced tokens cost LM rounds only without fast_forward (exactness: the test above)."""
     runs = {}
     for fast_forward in (True, False):
-        lm = _lm(FORCED_VOCAB)
+        lm = wavy_lm(FORCED_VOCAB)
         model = GrammarConstraint(
             lm, [], regex=FORCED_REGEX, max_tokens=8, fast_forward=fast_forward
         )
@@ -161,7 +122,7 @@ def test_fast_forward_takes_forced_tokens_in_the_forward_of_the_next_draw():
     assert all(re.fullmatch(FORCED_REGEX, text) for text in fast.posterior)
     assert fast_calls <= slow_calls - 3  # >= 3 LM rounds saved ("ddd")
     with pytest.raises(TypeError, match="fast_forward"):
-        GrammarConstraint(_lm(FORCED_VOCAB), [], regex="a", fast_forward=1)
+        GrammarConstraint(wavy_lm(FORCED_VOCAB), [], regex="a", fast_forward=1)
 
 
 # ---------------------------------------------------------------- local masking is biased
@@ -231,7 +192,7 @@ def test_clone_copies_the_matcher():
 
 
 def test_masks_of_a_step_are_computed_in_one_batch():
-    lm = _lm(REGEX_VOCAB)
+    lm = wavy_lm(REGEX_VOCAB)
     batcher = mask_batcher(lm)
     model = GrammarConstraint(lm, [], regex="(ab|b)+c", max_tokens=7)
     result = run(smc_standard(model, 16, seed=0))
@@ -240,7 +201,7 @@ def test_masks_of_a_step_are_computed_in_one_batch():
 
 
 def test_eos_allowed_exactly_when_accepting():
-    lm = _lm(REGEX_VOCAB)
+    lm = wavy_lm(REGEX_VOCAB)
     model = GrammarConstraint(lm, [], regex="b+c?", max_tokens=7)
     batcher = mask_batcher(lm)
     for token, accepting in [(2, True), (2, True), (3, True)]:
@@ -263,13 +224,13 @@ def test_eos_allowed_exactly_when_accepting():
 )
 def test_invalid_grammar_is_a_value_error_quoting_the_engine(kw, words):
     with pytest.raises(ValueError) as info:
-        GrammarConstraint(_lm(REGEX_VOCAB), [], **kw)
+        GrammarConstraint(wavy_lm(REGEX_VOCAB), [], **kw)
     for w in words:
         assert w in str(info.value)
 
 
 def test_argument_errors():
-    lm = _lm(REGEX_VOCAB)
+    lm = wavy_lm(REGEX_VOCAB)
     with pytest.raises(ValueError, match="exactly one"):
         GrammarConstraint(lm, [])
     with pytest.raises(ValueError, match="exactly one"):
@@ -286,7 +247,7 @@ def test_argument_errors():
 
 @pytest.mark.parametrize("proposal", ["mask", "sample"])
 def test_grammar_admitting_no_token_gives_minus_inf(proposal):
-    lm = _lm(REGEX_VOCAB)
+    lm = wavy_lm(REGEX_VOCAB)
     with pytest.warns(UserWarning, match="admits no token"):
         model = GrammarConstraint(lm, [], regex="xyz", proposal=proposal, max_tokens=4)
     assert run(smc_standard(model, 4, seed=0)).log_ml == -math.inf

@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
 
-from grammar_lms import wavy_logits  # noqa: E402
+from grammar_lms import assert_exact, brute_force, wavy_lm  # noqa: E402
 
-from llamppl import FunctionLM, run  # noqa: E402
+from llamppl import run  # noqa: E402
 from llamppl.decoding import grammar_compile, grammar_engine  # noqa: E402
 from llamppl.decoding.grammar_compile import Grammar, cap_sizes, json_grammar  # noqa: E402
 from llamppl.decoding.grammar_engine import MatcherState, allowed_masks  # noqa: E402
@@ -32,29 +32,6 @@ RELAXED = {
     "oneOf": {"oneOf": [{"type": "integer", "maximum": 5}, {"type": "integer", "minimum": 3}]},
     "not": {"type": "integer", "not": {"enum": [3, 4]}},
 }
-
-
-def _lm(vocab):
-    return FunctionLM(vocab, len(vocab) - 1, wavy_logits(len(vocab)), bos_token_id=0)
-
-
-def _brute_force(vocab, in_language, max_tokens):
-    """log Z and p(y | y ∈ L), summing p(seq EOS) over EVERY sequence of < max_tokens tokens."""
-    eos, lm_fn = len(vocab) - 1, wavy_logits(len(vocab))
-    acc: dict[str, float] = {}
-
-    def visit(ctx, text, logp):
-        z = np.array(lm_fn(tuple(ctx)), dtype=np.float64)
-        lp = z - np.logaddexp.reduce(z)
-        if in_language(text):
-            acc[text] = acc.get(text, 0.0) + math.exp(logp + lp[eos])
-        if len(ctx) < max_tokens:  # ctx holds BOS + generated tokens
-            for t in range(1, eos):
-                visit(ctx + [t], text + vocab[t], logp + lp[t])
-
-    visit([0], "", 0.0)
-    Z = sum(acc.values())
-    return math.log(Z), {t: p / Z for t, p in acc.items()}
 
 
 def _valid(schema):
@@ -78,7 +55,7 @@ def test_relaxed_schema_compiles_and_admits_invalid_texts(name):
         json_grammar(schema, relax=False)  # llguidance alone refuses it
     grammar = json_grammar(schema)
     assert grammar.relaxed and grammar.check is not None
-    lm = _lm(DIGITS)
+    lm = wavy_lm(DIGITS)
     assert _consumes(lm, grammar, ["4"])  # the relaxed language admits an invalid text
     assert not grammar.check("4") and grammar.check("7")
 
@@ -87,19 +64,17 @@ def test_relaxed_schema_compiles_and_admits_invalid_texts(name):
 @pytest.mark.parametrize("proposal", ["mask", "sample"])
 def test_relaxed_grammar_with_final_check_is_exact(name, proposal):
     schema = RELAXED[name]
-    log_z, post = _brute_force(DIGITS, _valid(schema), max_tokens=3)
+    log_z, post = brute_force(DIGITS, _valid(schema), max_tokens=3)
     assert "3" not in post and "4" not in post and len(post) >= 5
-    model = GrammarConstraint(_lm(DIGITS), [], json_schema=schema, proposal=proposal, max_tokens=3)
-    exact = run(enumerate_exact(model))
-    assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
-    assert set(exact.posterior) == set(post)
-    for text, p in post.items():
-        assert exact.posterior[text] == pytest.approx(p, rel=1e-9, abs=1e-15)
+    model = GrammarConstraint(
+        wavy_lm(DIGITS), [], json_schema=schema, proposal=proposal, max_tokens=3
+    )
+    assert_exact(model, log_z, post)
 
 
 def test_every_returned_object_validates_and_failures_are_named():
     schema = RELAXED["oneOf"]
-    out = generate_json(_lm(DIGITS), [], schema, n_particles=64, seed=0, max_tokens=3)
+    out = generate_json(wavy_lm(DIGITS), [], schema, n_particles=64, seed=0, max_tokens=3)
     assert out.objects
     for obj, _ in out.objects:
         jsonschema.validate(obj, schema)
@@ -115,15 +90,15 @@ def test_string_budget_is_part_of_the_target(limit):
     def member(text):
         return bool(re.fullmatch(f'"[ab]{{0,{limit}}}"', text)) and "b" not in text[:2]
 
-    log_z, post = _brute_force(STRING, member, max_tokens=5)
+    log_z, post = brute_force(STRING, member, max_tokens=5)
     model = GrammarConstraint(
-        _lm(STRING), [], json_schema={"type": "string"}, max_tokens=5, max_string_length=limit
+        wavy_lm(STRING), [], json_schema={"type": "string"}, max_tokens=5, max_string_length=limit
     )
     exact = run(enumerate_exact(model))
     assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
     assert set(exact.posterior) == set(post)
     unbounded = GrammarConstraint(
-        _lm(STRING), [], json_schema={"type": "string"}, max_tokens=5, max_string_length=None
+        wavy_lm(STRING), [], json_schema={"type": "string"}, max_tokens=5, max_string_length=None
     )
     assert max(len(t) for t in run(enumerate_exact(unbounded)).posterior) > limit + 2
 
@@ -150,7 +125,7 @@ def test_size_budget_caps_only_free_strings_and_arrays():
 
 
 def test_compact_whitespace_is_the_default():
-    lm = _lm(BRACES)
+    lm = wavy_lm(BRACES)
     space = BRACES.index(" ")
     for whitespace, allowed in (("compact", False), ("flexible", True)):
         model = GrammarConstraint(lm, [], json_schema={"type": "object"}, whitespace=whitespace)
@@ -164,7 +139,7 @@ def test_clones_share_one_mask_row(monkeypatch):
     """Particles in the same matcher state (clones) cost one llguidance row, same masks."""
     import llguidance.torch as llt
 
-    lm = _lm(DIGITS)
+    lm = wavy_lm(DIGITS)
     grammar = Grammar.from_json_schema({"type": "integer"})
     a = MatcherState(lm, grammar)
     a.consume(1)
@@ -192,7 +167,7 @@ def test_json_grammars_are_cached_per_schema_and_options():
 
 def test_schema_too_large_for_the_engine_is_refused_at_construction():
     schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(3000)}}
-    lm = _lm(["<s>", "{", '"', "p", "1", ":", "}", "<eos>"])
+    lm = wavy_lm(["<s>", "{", '"', "p", "1", ":", "}", "<eos>"])
     with pytest.raises(ValueError, match="exceeds the grammar engine's limits"):
         GrammarConstraint(lm, [], json_schema=schema, max_decimals=None)  # fails at token 1
     with pytest.raises(ValueError, match="too big.*max_decimals=None"):  # 3,000 bounded integers
@@ -205,9 +180,9 @@ def test_bad_json_options_and_chat_without_template():
     with pytest.raises(ValueError, match="max_string_length"):
         json_grammar({"type": "string"}, max_string_length=0)
     with pytest.raises(ValueError, match="chat template"):
-        schema_prompt(_lm(DIGITS), "", {"type": "integer"})
+        schema_prompt(wavy_lm(DIGITS), "", {"type": "integer"})
     with pytest.raises(TypeError, match="chat"):
-        generate_json(_lm(DIGITS), [], {"type": "integer"}, chat="yes")
+        generate_json(wavy_lm(DIGITS), [], {"type": "integer"}, chat="yes")
 
 
 KEYS = ["<s>", "{", "}", '"a":1', '"b":1', ",", "<eos>"]
@@ -226,15 +201,11 @@ def test_closed_objects_are_part_of_the_target(closed):
         listed = closed is False or set(obj) <= {"a"}
         return jsonschema.Draft202012Validator(LISTED).is_valid(obj) and listed
 
-    log_z, post = _brute_force(KEYS, member, max_tokens=5)
+    log_z, post = brute_force(KEYS, member, max_tokens=5)
     assert ('{"b":1}' in post) is not closed
-    lm = _lm(KEYS)
+    lm = wavy_lm(KEYS)
     model = GrammarConstraint(lm, [], json_schema=LISTED, max_tokens=5, closed_objects=closed)
-    exact = run(enumerate_exact(model))
-    assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
-    assert set(exact.posterior) == set(post)
-    for text, p in post.items():
-        assert exact.posterior[text] == pytest.approx(p, rel=1e-9, abs=1e-15)
+    assert_exact(model, log_z, post)
 
 
 def test_close_objects_leaves_conjoined_and_explicit_objects_open():
@@ -268,7 +239,7 @@ def test_maps_get_short_keys_and_closed_grammars_compile_or_fall_back(monkeypatc
     assert out["patternProperties"] == {"^.{0,5}$": {"type": "integer"}}
     assert out["additionalProperties"] is False
     grammar = json_grammar(LISTED)
-    lm = _lm(KEYS)
+    lm = wavy_lm(KEYS)
     assert _consumes(lm, grammar, ["{", '"a":1', "}"])
     assert not _consumes(lm, grammar, ["{", '"b":1', "}"])
     assert _consumes(lm, json_grammar(LISTED, closed_objects=False), ["{", '"b":1', "}"])
@@ -295,16 +266,12 @@ def test_number_budget_is_part_of_the_target(decimals):
         frac = r"(\.[12]{1,%s})?" % ("" if decimals is None else decimals)
         return bool(re.fullmatch(r"[12][12]*" + frac, text))
 
-    log_z, post = _brute_force(NUMBERS, member, max_tokens=5)
+    log_z, post = brute_force(NUMBERS, member, max_tokens=5)
     assert ("1.12" in post) is (decimals is None)
     model = GrammarConstraint(
-        _lm(NUMBERS), [], json_schema={"type": "number"}, max_tokens=5, max_decimals=decimals
+        wavy_lm(NUMBERS), [], json_schema={"type": "number"}, max_tokens=5, max_decimals=decimals
     )
-    exact = run(enumerate_exact(model))
-    assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
-    assert set(exact.posterior) == set(post)
-    for text, p in post.items():
-        assert exact.posterior[text] == pytest.approx(p, rel=1e-9, abs=1e-15)
+    assert_exact(model, log_z, post)
 
 
 def test_number_budget_bounds_only_free_sides():
@@ -343,7 +310,7 @@ def test_free_values_are_scalars_or_flat_containers():
     assert bound_free_values({"type": "array", "items": {"type": "integer"}})["items"] == {
         "type": "integer"
     }
-    lm = _lm(FREE)
+    lm = wavy_lm(FREE)
     budgeted, open_ = json_grammar(schema), json_grammar(schema, closed_objects=False)
     for text, ok in ((["[", "1", ",", "1", "]"], True), (["[", "[", "1", "]", "]"], True)):
         assert _consumes(lm, budgeted, text) is ok
@@ -354,7 +321,7 @@ def test_free_values_are_scalars_or_flat_containers():
 def test_generate_json_default_is_importance_sampling_and_unbiased():
     """Mask proposal: no resampling by default (independent exact draws); mean Ẑ within 4 SE."""
     schema = RELAXED["oneOf"]
-    lm = _lm(DIGITS)
+    lm = wavy_lm(DIGITS)
     exact = run(enumerate_exact(GrammarConstraint(lm, [], json_schema=schema, max_tokens=3)))
     out = generate_json(lm, [], schema, n_particles=4, seed=0, max_tokens=3)
     assert out.result.algorithm == "importance_sampling"
