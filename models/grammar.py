@@ -69,6 +69,7 @@ from llamppl.decoding.grammar_engine import (
     Grammar,
     MatcherState,
     allowed_masks,
+    forced_token,
     make_grammar,
     mask_batcher,
 )
@@ -278,20 +279,17 @@ class GrammarConstraint(Model):
     def _forced_chain(self) -> list[int] | None:
         """Consume the tokens the grammar allows alone from here (class docstring, "Forced tokens").
 
-        A token is forced when the mask allows exactly it (EOS excluded: an accepting
-        matcher allows EOS too). A mask can only be a singleton where the engine
-        forces at least the next byte, so ``compute_ff_bytes`` (≈0.2 µs) screens
-        the positions before a mask (≈0.1 ms) is computed. None if the engine
-        failed (the particle is dead).
+        A token is forced when the mask allows exactly it and not EOS
+        (:func:`~llamppl.decoding.grammar_engine.forced_token`). None if the engine
+        failed on one (the particle is dead).
         """
         forced: list[int] = []
-        lm, state = self.context.lm, self.matcher
+        state = self.matcher
         room = None if self.max_tokens is None else self.max_tokens - len(self.context.generated)
-        while (room is None or len(forced) + 1 < room) and state.matcher.compute_ff_bytes():
-            allowed = torch.nonzero(allowed_masks(lm, [state])[0]).flatten()
-            if allowed.numel() != 1 or int(allowed[0]) == lm.eos_token_id:
+        while room is None or len(forced) + 1 < room:
+            token = forced_token(state)
+            if token is None:
                 break
-            token = int(allowed[0])
             forced.append(token)
             if not state.consume(token):
                 self._die_in_engine(token)

@@ -135,3 +135,27 @@ def test_logits_processor_with_hf_generate(smollm):
         assert smollm.eos_token_id in row  # finished within the budget (fixed seed)
         row = row[: row.index(smollm.eos_token_id)]
         jsonschema.validate(json.loads(smollm.decode(row)), PERSON)
+
+
+def test_forced_token_agrees_with_the_full_mask_on_real_json(smollm):
+    """Along random walks through a real schema, ``forced_token`` is the mask's one non-EOS
+    token exactly when the mask is a singleton (byte-level vocabulary: no singleton missed)."""
+    from llamppl.decoding.grammar_engine import Grammar, MatcherState, allowed_masks, forced_token
+
+    grammar = Grammar.from_json_schema(PERSON)
+    rng = torch.Generator().manual_seed(0)
+    checked = singletons = 0
+    for _ in range(6):
+        state = MatcherState(smollm, grammar)
+        for _ in range(40):
+            mask = allowed_masks(smollm, [state])[0]
+            ids = torch.nonzero(mask).flatten()
+            alone = int(ids[0]) if ids.numel() == 1 and int(ids[0]) != smollm.eos_token_id else None
+            assert forced_token(state) == alone
+            checked, singletons = checked + 1, singletons + (alone is not None)
+            choices = ids[ids != smollm.eos_token_id]
+            if choices.numel() == 0:
+                break
+            pick = int(choices[torch.randint(choices.numel(), (1,), generator=rng)])
+            assert state.consume(pick)
+    assert checked >= 60 and singletons >= 5, (checked, singletons)
