@@ -266,9 +266,11 @@ def report(records: list[dict]) -> None:
     print()
     print(
         "| collection | method | N | schemas | compliant | invalid | no output | "
-        "median s | p90 s | median CPU s | tokens/s | mask share |"
+        "median s | p90 s | median CPU s | tokens/s | mask share | forced |"
     )
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    )
     gens = [r for r in records if r["kind"] in ("gen", "mask")]
     groups: dict[tuple, list] = {}
     for r in gens:
@@ -283,11 +285,13 @@ def report(records: list[dict]) -> None:
         mask = sum(r.get("mask_seconds", 0.0) for r in rs) / max(sum(secs), 1e-9)
         label = m if kind == "gen" else f"{m} (mask run)"
         share = f"{100 * mask:.1f}%" if m == "smc" else "n/a"  # only our SMC is timed
+        counted = [r for r in rs if "forced" in r]  # tokens taken without a forward of their own
+        forced = sum(r["forced"] for r in counted) / max(sum(r["tokens"] for r in counted), 1)
+        forced = f"{100 * forced:.1f}%" if counted else "n/a"
         print(
             f"| {c} | {label} | {n} | {len(rs)} | {ok} ({100 * ok / len(rs):.0f}%) | {bad} | "
             f"{none} | {_pct(secs, 50):.1f} | {_pct(secs, 90):.1f} | {_pct(cpus, 50):.1f} | "
-            f"{toks:.0f} | "
-            f"{share} |"
+            f"{toks:.0f} | {share} | {forced} |"
         )
     fails: dict[str, int] = {}
     for r in gens:
