@@ -99,8 +99,9 @@ async def smc_standard(
         Number of particles N >= 1. A run whose estimated memory exceeds what is
         available is refused before it starts (:mod:`llamppl.inference.budget`).
     ess_threshold : float
-        Resample when ESS < ``ess_threshold · N``; in (0, 1] (1 resamples at every step
-        unless all weights are equal).
+        Resample when ESS < ``ess_threshold · N``; in [0, 1] (1 resamples at every step
+        unless all weights are equal; 0 never resamples: importance sampling, stepped
+        like SMC).
     resampling : str
         ``"multinomial" | "stratified" | "systematic" | "residual"``.
     seed : int | numpy.random.Generator | None
@@ -124,7 +125,7 @@ async def smc_standard(
     resampling = resampling_name(resampling, resampling_method)
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
-    threshold = check_unit_interval("ess_threshold", ess_threshold)
+    threshold = check_unit_interval("ess_threshold", ess_threshold, open_left=False)
     resample = get_resampler(resampling)
     limit = check_max_steps(max_steps)
     target = record_target(json_file, visualization_dir, record)

@@ -226,10 +226,23 @@ def test_n_particles_must_be_int():
         run(importance_sampling(AsyncProgram(lm3()), 2.5))
 
 
-@pytest.mark.parametrize("threshold", [0.0, -0.1, 1.5, float("nan")])
-def test_ess_threshold_range(threshold):
-    with pytest.raises(ValueError, match="ess_threshold"):
+@pytest.mark.parametrize(
+    "threshold,words",
+    [(-0.1, r"must lie in \[0, 1\]"), (1.5, r"must lie in \[0, 1\]"), (float("nan"), "")],
+)
+def test_ess_threshold_range(threshold, words):
+    with pytest.raises(ValueError, match="ess_threshold " + words):
         run(smc_standard(AsyncProgram(lm3()), 4, ess_threshold=threshold))
+
+
+def test_ess_threshold_zero_never_resamples_and_estimates_z():
+    model = AsyncProgram(lm3())
+    z = math.exp(run(enumerate_exact(model)).log_ml)
+    runs = [run(smc_standard(model, 4, ess_threshold=0.0, seed=s)) for s in range(200)]
+    assert not any(step.resampled for r in runs for step in r.history)
+    z_hats = np.array([math.exp(r.log_ml) for r in runs])
+    se = z_hats.std(ddof=1) / math.sqrt(len(z_hats))
+    assert abs(z_hats.mean() - z) < 4 * se, (z_hats.mean(), z, se)
 
 
 def test_unknown_resampling_name():
