@@ -35,6 +35,7 @@ this CPU (``benchmarks/bench_structured.py`` measures the share of an SMC step):
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import torch
@@ -186,20 +187,34 @@ def allowed_masks(
     States with the same grammar and tokens (clones after resampling) share a row:
     one llguidance call (``fill_next_token_bitmask_par``, all distinct matchers at
     once) fills the ``(U, ⌈V/32⌉)`` int32 bitmask of the U distinct states (bit
-    ``i % 32`` of word ``i // 32`` is token i); one transfer and one unpack give the
-    masks (bool, or 0/1 in a float ``dtype``), gathered back to ``(B, V)`` when
-    ``U < B``; the EOS column is then set to ``accepting`` for every row (EOS
-    allowed exactly when the matcher accepts).
+    ``i % 32`` of word ``i // 32`` is token i), whose rows are repeated for duplicate
+    states before one transfer and one unpack give the ``(B, V)`` masks (bool, or 0/1
+    in a float ``dtype``); the EOS column is then set to ``accepting`` for every row
+    (EOS allowed exactly when the matcher accepts).
+    """
+    bits, accepting = _filled_bits(lm, states)
+    masks = _unpack(bits, lm.vocab_size, dtype)  # (B, V)
+    masks[:, lm.eos_token_id] = accepting
+    return masks
+
+
+def _filled_bits(
+    lm: LanguageModel, states: list[MatcherState]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(B, W)`` int32 bitmasks and ``(B,)`` bool accepting flags on ``lm.device``.
+
+    Filled once per distinct state (rows kept by :func:`forced_token` are copied) and
+    repeated for duplicates at the bit level, ``W = ⌈V/32⌉`` words a row, so that the
+    ``(B, V)`` unpack is the only full-size tensor.
     """
     import llguidance.torch as llt
 
-    V = lm.vocab_size
     rows: dict[tuple, int] = {}
     index = [rows.setdefault((id(s.grammar), *s.consumed), len(rows)) for s in states]
     unique = [None] * len(rows)
     for s, i in zip(states, index):
         unique[i] = unique[i] or s
-    bits = llt.allocate_token_bitmask(len(unique), V)  # (U, W) int32, CPU
+    bits = llt.allocate_token_bitmask(len(unique), lm.vocab_size)  # (U, W) int32, CPU
     todo = []
     for i, s in enumerate(unique):
         if s.filled is not None:  # filled by forced_token at this state: copy, do not refill
@@ -210,13 +225,11 @@ def allowed_masks(
         llt.fill_next_token_bitmask(todo[0][0], bits, todo[0][1])
     elif todo:
         llt.fill_next_token_bitmask_par(_executor(), todo, bits)
-    accepting = torch.tensor([s.accepting for s in unique], dtype=dtype)
-    bits, accepting = bits.to(lm.device), accepting.to(lm.device)
-    masks = _unpack(bits, V, dtype)  # (U, V)
-    masks[:, lm.eos_token_id] = accepting
+    accepting = torch.tensor([s.accepting for s in unique])
     if len(unique) < len(states):
-        masks = masks.index_select(0, torch.tensor(index, device=masks.device))  # (B, V)
-    return masks
+        pick = torch.tensor(index)
+        bits, accepting = bits.index_select(0, pick), accepting.index_select(0, pick)
+    return bits.to(lm.device), accepting.to(lm.device)
 
 
 def forced_token(state: MatcherState) -> int | None:
@@ -257,11 +270,14 @@ def forced_token(state: MatcherState) -> int | None:
 _BYTE_TABLES: dict[tuple, torch.Tensor] = {}
 
 
-def _unpack(bits: torch.Tensor, V: int, dtype: torch.dtype) -> torch.Tensor:
+def _unpack(
+    bits: torch.Tensor, V: int, dtype: torch.dtype, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """``(B, W)`` int32 bitmask -> ``(B, V)`` 0/1 masks in ``dtype``, in one table lookup.
 
     On a little-endian machine token i is bit ``i % 8`` of byte ``i // 8`` of the
-    bitmask's memory, so each byte indexes a ``(256, 8)`` table of its bits.
+    bitmask's memory, so each byte indexes a ``(256, 8)`` table of its bits. ``out``
+    (``(B * 4W, 8)``, ``dtype``) receives the lookup instead of a new tensor.
     """
     B = bits.shape[0]
     if sys.byteorder != "little":  # pragma: no cover - word-wise shifts, slower
@@ -272,12 +288,35 @@ def _unpack(bits: torch.Tensor, V: int, dtype: torch.dtype) -> torch.Tensor:
     if table is None:
         ids = torch.arange(256, device=bits.device).unsqueeze(-1)
         table = _BYTE_TABLES[key] = ((ids >> torch.arange(8, device=bits.device)) & 1).to(dtype)
-    rows = table.index_select(0, bits.view(torch.uint8).flatten().long())  # (B * 4W, 8)
-    return rows.view(B, -1)[:, :V]
+    rows = torch.index_select(table, 0, bits.view(torch.uint8).flatten().long(), out=out)
+    return rows.view(B, -1)[:, :V]  # (B * 4W, 8) -> (B, V)
+
+
+_SCRATCH = threading.local()  # per thread: {(device, dtype): buffer} for apply_masks' masks
+
+
+def _scratch(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A reused ``(B * 4W, 8)`` buffer for the masks inside :func:`apply_masks`.
+
+    They never leave that function, so one buffer per thread, device and dtype serves
+    every call: a fresh ``(B, V)`` tensor per step costs page faults on first touch
+    (≈2–3× the lookup itself on this VM's CPU at B = 64).
+    """
+    store = _SCRATCH.__dict__
+    n = bits.numel() * 4
+    buf = store.get((bits.device, dtype))
+    if buf is None or buf.shape[0] < n:
+        buf = store[(bits.device, dtype)] = torch.empty(n, 8, dtype=dtype, device=bits.device)
+    return buf[:n]
 
 
 def apply_masks(
-    lm: LanguageModel, states: list[MatcherState], log_probs: torch.Tensor, final: torch.Tensor
+    lm: LanguageModel,
+    states: list[MatcherState],
+    log_probs: torch.Tensor,
+    final: torch.Tensor,
+    *,
+    overwrite: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Masked next-token probabilities and log allowed masses for a batch of particles.
 
@@ -287,13 +326,17 @@ def apply_masks(
     ``log G'`` of shape ``(B,)``, ``G'_b = Σ_w q[b, w]`` (the LLaMPPL paper's
     allowed mass). Works with probabilities and a 0/1 float mask: one
     multiplication applies all masks (no ``-inf`` arithmetic, slow on some CPUs).
+    ``overwrite=True`` computes ``q`` in the memory of ``log_probs`` (a tensor the
+    caller owns and no longer needs), so the step allocates no new ``(B, V)`` tensor.
     """
-    masks = allowed_masks(lm, states, dtype=log_probs.dtype)  # (B, V) 0/1
+    bits, accepting = _filled_bits(lm, states)
+    masks = _unpack(bits, lm.vocab_size, log_probs.dtype, out=_scratch(bits, log_probs.dtype))
+    masks[:, lm.eos_token_id] = accepting.to(log_probs.dtype)
     if bool(final.any()):
-        eos = masks[:, lm.eos_token_id].clone()
-        masks[final] = 0
-        masks[:, lm.eos_token_id] = eos
-    q = log_probs.exp().mul_(masks)  # (B, V): the one application of the masks
+        masks[final, : lm.eos_token_id] = 0
+        masks[final, lm.eos_token_id + 1 :] = 0
+    q = log_probs.exp_() if overwrite else log_probs.exp()
+    q.mul_(masks)  # (B, V): the one application of the masks
     return q, q.sum(dim=-1).log()
 
 
@@ -348,7 +391,7 @@ class MaskBatcher:
         states = [r[0] for r in requests]
         log_probs = torch.stack([r[1] for r in requests])  # (B, V)
         final = torch.tensor([r[2] for r in requests], device=log_probs.device)
-        q, log_mass = apply_masks(self.lm, states, log_probs, final)
+        q, log_mass = apply_masks(self.lm, states, log_probs, final, overwrite=True)
         return list(zip(q, log_mass.tolist()))
 
 

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 from grammar_lms import assert_exact, brute_force, wavy_lm
 
 from llamppl import FunctionLM, run
@@ -252,3 +253,30 @@ def test_grammar_admitting_no_token_gives_minus_inf(proposal):
         model = GrammarConstraint(lm, [], regex="xyz", proposal=proposal, max_tokens=4)
     assert run(smc_standard(model, 4, seed=0)).log_ml == -math.inf
     assert run(enumerate_exact(model)).log_ml == -math.inf
+
+
+def test_apply_masks_reuses_its_scratch_without_leaking_between_calls():
+    """Two batches in turn (different sizes, duplicates, a final row): each equals the
+    masks computed on their own, and ``overwrite`` writes q into the caller's tensor."""
+    from llamppl.decoding.grammar_engine import MatcherState, allowed_masks, apply_masks
+
+    lm = wavy_lm(REGEX_VOCAB)
+    grammar = Grammar.from_regex("(ab|b)+c")
+    states = [MatcherState(lm, grammar) for _ in range(5)]
+    for s, tokens in zip(states, [[], [1], [2], [2, 3], [1]]):  # "", a, b, bc, a (dup of 1)
+        for t in tokens:
+            assert s.consume(t)
+    gen = torch.Generator().manual_seed(0)
+    for batch, final in [(states, [0, 0, 1, 1, 0]), (states[:2], [0, 1]), (states, [0] * 5)]:
+        log_probs = torch.log_softmax(torch.randn(len(batch), lm.vocab_size, generator=gen), -1)
+        final = torch.tensor(final, dtype=torch.bool)
+        masks = allowed_masks(lm, batch, dtype=log_probs.dtype)
+        masks[final, : lm.eos_token_id] = 0
+        want = log_probs.exp() * masks
+        given = log_probs.clone()
+        q, log_mass = apply_masks(lm, batch, given, final, overwrite=True)
+        assert q.data_ptr() == given.data_ptr()
+        assert torch.equal(q, want)
+        assert torch.allclose(log_mass, want.sum(-1).log())
+        q2, _ = apply_masks(lm, batch, log_probs, final)
+        assert torch.equal(q2, want) and q2.data_ptr() != log_probs.data_ptr()
