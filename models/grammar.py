@@ -270,11 +270,10 @@ class GrammarConstraint(Model):
                 self._end()
         elif last:
             self._die("budget")
-        elif not self.matcher.consume(int(token)):  # G_t = 1_C(s w)
-            if self.matcher.engine_error:
-                self._die_in_engine(int(token))
-            else:
-                self._die("token outside the grammar")
+        elif not self.matcher.allows(int(token)):  # G_t = 1_C(s w)
+            self._die("token outside the grammar")
+        elif not self.matcher.consume(int(token)):
+            self._die_in_engine(int(token))
 
     def _forced_chain(self) -> list[int] | None:
         """Consume the tokens the grammar allows alone from here (class docstring, "Forced tokens").

@@ -166,6 +166,10 @@ class MatcherState:
             return False
         return bool(ok)
 
+    def allows(self, token_id: int) -> bool:
+        """Whether the grammar allows the non-EOS token next (the state does not move)."""
+        return self.matcher.validate_tokens([int(token_id)]) == 1
+
     def state_key(self) -> tuple:
         return (self.grammar.spec, tuple(self.consumed))
 

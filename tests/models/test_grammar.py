@@ -280,3 +280,17 @@ def test_apply_masks_reuses_its_scratch_without_leaking_between_calls():
         assert torch.allclose(log_mass, want.sum(-1).log())
         q2, _ = apply_masks(lm, batch, log_probs, final)
         assert torch.equal(q2, want) and q2.data_ptr() != log_probs.data_ptr()
+
+
+def test_sample_proposal_names_forbidden_tokens_without_engine_warnings():
+    """Under ``proposal="sample"`` a forbidden token is the potential G_t = 0, not an
+    engine failure: the cause is named and no RuntimeWarning is raised."""
+    import warnings
+
+    model = _model("regex", "sample")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        result = run(smc_standard(model, 32, seed=0))
+    causes = {p.failure for p in result.particles} - {None}
+    assert "token outside the grammar" in causes
+    assert not any(c.startswith("grammar engine") for c in causes)
