@@ -84,7 +84,7 @@ class MaskTimer:
     and the forced-token test of ``GrammarConstraint``'s chains)."""
 
     def __init__(self) -> None:
-        from llamppl.decoding import grammar_engine as engine
+        from llamppl.decoding import grammar_masks as engine
         from llamppl.models import grammar as program  # its own imports of them
 
         self.seconds = 0.0
