@@ -100,6 +100,7 @@ class MaskTimer:
     def __enter__(self):
         for module, name, fn in self.inner:
             setattr(module, name, self._timed(fn))
+        self._start = time.perf_counter(), time.process_time()
         return self
 
     def _timed(self, fn):
@@ -113,8 +114,20 @@ class MaskTimer:
         return timed
 
     def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self._start[0]
+        self.cpu = time.process_time() - self._start[1]
         for module, name, fn in self.inner:
             setattr(module, name, fn)
+
+    def record(self, tokens: int, text: str | None) -> dict:
+        """The fields every runner reports: wall and CPU seconds of the block, mask seconds."""
+        return {
+            "seconds": self.wall,
+            "cpu_seconds": self.cpu,
+            "tokens": tokens,
+            "mask_seconds": self.seconds,
+            "text": text,
+        }
 
 
 def coverage(data: Path, collection: str) -> dict:
@@ -148,11 +161,9 @@ def run_smc(lm, schema, n: int, max_tokens: int, seed: int) -> dict:
 
     with MaskTimer() as timer, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t, cpu = time.perf_counter(), time.process_time()
         out = generate_json(
             lm, "", schema, n_particles=n, seed=seed, max_tokens=max_tokens, chat=True
         )
-        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
     tokens = sum(len(p.context.generated) for p in out.result.particles)
     forced = sum(p.forced for p in out.result.particles)
     text = None
@@ -160,11 +171,7 @@ def run_smc(lm, schema, n: int, max_tokens: int, seed: int) -> dict:
         p = np.array([w for _, w in out.texts])
         text = out.texts[int(np.random.default_rng(seed).choice(len(p), p=p / p.sum()))][0]
     return {
-        "seconds": seconds,
-        "cpu_seconds": cpu,
-        "tokens": tokens,
-        "mask_seconds": timer.seconds,
-        "text": text,
+        **timer.record(tokens, text),
         "log_ml": out.log_ml,
         "failures": out.failures,
         "forced": forced,
@@ -180,7 +187,6 @@ def run_hf(lm, schema, n: int, max_tokens: int, seed: int) -> dict:
     ids = ids.input_ids.repeat(n, 1)
     torch.manual_seed(seed)
     with MaskTimer() as timer:
-        t, cpu = time.perf_counter(), time.process_time()
         proc = GrammarLogitsProcessor(lm, json_schema=schema)
         gen = lm.model.generate(
             ids,
@@ -193,7 +199,6 @@ def run_hf(lm, schema, n: int, max_tokens: int, seed: int) -> dict:
             eos_token_id=lm.eos_token_id,
             pad_token_id=lm.eos_token_id,
         )
-        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
     rows = gen[:, ids.shape[1] :].tolist()
     text, tokens = None, 0
     for row in rows:
@@ -202,13 +207,7 @@ def run_hf(lm, schema, n: int, max_tokens: int, seed: int) -> dict:
         tokens += len(row) + ended
         if ended and text is None:
             text = lm.decode(row)
-    return {
-        "seconds": seconds,
-        "cpu_seconds": cpu,
-        "tokens": tokens,
-        "mask_seconds": timer.seconds,
-        "text": text,
-    }
+    return timer.record(tokens, text)
 
 
 def generation(lm, args, done: set, write) -> None:

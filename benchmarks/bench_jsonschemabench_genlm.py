@@ -43,17 +43,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_jsonschemabench import sample, validates  # the same seeded choice and check
-
-COLLECTIONS = ("Github_trivial", "Github_easy", "Glaiveai2K", "Snowplow")
-DATA = next(
-    (
-        up / "shared" / "data" / "jsonschemabench"
-        for up in Path(__file__).resolve().parents[1:]
-        if (up / "shared" / "data" / "jsonschemabench").is_dir()
-    ),
-    Path("../shared/data/jsonschemabench"),
+from bench_jsonschemabench import (  # the same collections, seeded choice and check
+    COLLECTIONS,
+    DATA,
+    sample,
+    validates,
 )
+
 MODEL_DIR = Path(os.path.expanduser("~/.cache/llamppl/SmolLM2-135M-Instruct-fp32"))
 SCHEMA_INSTRUCTION = "You need to generate a JSON object that matches the schema below."
 WARMUP = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
