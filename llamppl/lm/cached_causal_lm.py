@@ -379,8 +379,8 @@ class CachedCausalLM(HFTokenizerLM):
                 input_ids=ids_t,
                 attention_mask=attention_mask,
                 position_ids=pos_t,
-                past_key_values=PoolCache(layers),
                 use_cache=True,
+                **{self._arch.cache_keyword: PoolCache(layers)},
             )
         if state is not None and (state.consumed != pool.n_layers or state.missed):
             self._share_prefix = False  # some layer bypasses the attention interface: rerun per row

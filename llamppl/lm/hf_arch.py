@@ -18,6 +18,9 @@ probe forward, never from a list of model names:
   space layers, chunked attention) are refused: their state is not per-token K/V.
 - **Position schemes bound to key columns** (ALiBi; GPT-Neo's local layers)
   are refused: a pooled row's columns are not its tokens' positions.
+- **The cache argument's name** (``cache`` from transformers 5.24,
+  ``past_key_values`` before) comes from the forward signature
+  (:func:`~llamppl.lm.hf_api.cache_keyword`), once, here.
 - **K/V shapes** come from a one-token probe through a ``DynamicCache``:
   multi-query heads (Falcon), different K and V widths (multi-head latent
   attention), per-layer devices.
@@ -41,6 +44,8 @@ from typing import Any
 
 import torch
 
+from .hf_api import cache_keyword
+
 __all__ = ["Architecture", "inspect_architecture"]
 
 _ATTENTION = {"full_attention": None, "sliding_attention": "window"}
@@ -53,7 +58,8 @@ class Architecture:
     ``windows[l]`` is layer l's attention window (None = full causal); ``mask_keys``
     are the layer types to pass a mask dict for (None: pass one mask).
     ``k_shape``/``v_shape`` are ``(heads, head_dim)`` of one token's K and V;
-    ``layer_devices[l]`` is where layer l's K/V live.
+    ``layer_devices[l]`` is where layer l's K/V live; ``cache_keyword`` is the name
+    under which the base model's forward takes its cache.
     """
 
     name: str
@@ -65,6 +71,7 @@ class Architecture:
     logit_divide: float | None
     logit_multiply: float | None
     logit_softcap: float | None
+    cache_keyword: str
 
     @property
     def mask_is_dict(self) -> bool:
@@ -132,8 +139,9 @@ def _accepts_mask_dict(base_model: torch.nn.Module) -> bool:
     return "attention_mask, dict)" in src
 
 
-def _probe_kv(base_model: torch.nn.Module, device: torch.device, name: str):
-    """Shapes and devices of one token's K/V per layer, from a real one-token forward."""
+def _probe_kv(base_model: torch.nn.Module, device: torch.device, name: str, key: str):
+    """Shapes and devices of one token's K/V per layer, from a real one-token forward
+    that passes the cache as ``key``."""
     from transformers.cache_utils import DynamicCache
 
     cache = DynamicCache()
@@ -142,8 +150,8 @@ def _probe_kv(base_model: torch.nn.Module, device: torch.device, name: str):
         base_model(
             input_ids=ids,
             position_ids=torch.zeros_like(ids),
-            past_key_values=cache,
             use_cache=True,
+            **{key: cache},
         )
     layers = getattr(cache, "layers", None)
     if not layers or any(getattr(layer, "keys", None) is None for layer in layers):
@@ -164,7 +172,11 @@ def inspect_architecture(hf_model: Any, device: torch.device) -> Architecture:
     windows, types = _layer_windows(config, name)
     if types is not None and len(set(windows)) > 1 and not _accepts_mask_dict(hf_model.base_model):
         raise _refuse(name, "it mixes windowed and full layers but takes one attention mask")
-    k_shape, v_shape, devices = _probe_kv(hf_model.base_model, device, name)
+    try:
+        key = cache_keyword(hf_model.base_model)
+    except ValueError as err:
+        raise _refuse(name, str(err)) from None
+    k_shape, v_shape, devices = _probe_kv(hf_model.base_model, device, name, key)
     if len(devices) != len(windows):
         raise _refuse(name, f"{len(devices)} cache layers for {len(windows)} decoder layers")
     divide = getattr(config, "logits_scaling", None)
@@ -179,4 +191,5 @@ def inspect_architecture(hf_model: Any, device: torch.device) -> Architecture:
         logit_divide=float(divide) if divide not in (None, 1, 1.0) else None,
         logit_multiply=float(multiply) if multiply not in (None, 1, 1.0) else None,
         logit_softcap=getattr(config, "final_logit_softcapping", None) or None,
+        cache_keyword=key,
     )

@@ -8,7 +8,7 @@ beside it); the extra last slot is scratch space for padding. A forward writes i
 tokens' K/V straight into their slots and reads each row's whole context
 (prefix and new tokens) with one ``index_select`` per layer, so the prefix is
 copied once per step. :class:`PoolCache` presents the pool to a Hugging Face
-model as its ``past_key_values`` for one forward. The pool grows by doubling up to ``capacity`` slots, so a
+model as its cache (``cache=``, ``past_key_values=`` before transformers 5.24) for one forward. The pool grows by doubling up to ``capacity`` slots, so a
 large bound costs nothing until used::
 
     pool = KVPool(n_layers=30, n_kv_heads=3, head_dim=64, capacity=4096)

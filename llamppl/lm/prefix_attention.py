@@ -32,7 +32,7 @@ model whose layers never call the function is detected afterwards
     layers = [PrefixPoolLayer(pool, l, src, dst, read, width, state, prefix_kv=(start, S))
               for l in range(pool.n_layers)]
     with sharing_prefix(model.config, state):
-        model.base_model(..., past_key_values=PoolCache(layers))
+        model.base_model(..., cache=PoolCache(layers))  # or past_key_values= before 5.24
     ok = state.consumed == pool.n_layers and not state.missed
 """
 
