@@ -13,7 +13,7 @@ from .csmc import CSMCResult, ParticleGibbsChain, Trajectory, csmc_standard, par
 from .enumerate import enumerate_exact
 from .importance import importance_sampling
 from .resampling import RESAMPLERS, get_resampler
-from .result import SMCResult, StepInfo, StepRecord
+from .result import SMCResult, StepInfo
 from .smc_standard import smc_standard
 from .smc_steer import smc_steer, steer_downsample
 from .steps import StepLimitError
@@ -30,7 +30,6 @@ __all__ = [
     "Trajectory",
     "SMCResult",
     "StepInfo",
-    "StepRecord",
     "StepLimitError",
     "RESAMPLERS",
     "get_resampler",

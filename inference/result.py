@@ -29,7 +29,7 @@ from llamppl.weights import ess, normalize
 
 from .record import RunRecord, write_json
 
-__all__ = ["SMCResult", "StepInfo", "StepRecord"]
+__all__ = ["SMCResult", "StepInfo"]
 
 
 @dataclass(frozen=True)
@@ -63,16 +63,12 @@ class StepInfo:
         return replace(self, particles=None, origins=None)
 
 
-StepRecord = StepInfo  # earlier name, kept importable
-
-
 @dataclass
 class SMCResult(Sequence):
     """Particles, log weights and log Ẑ of an inference run (exact values for ``enumerate_exact``).
 
-    It is also the read-only sequence of its particles, as LLaMPPL's engines return a
-    list: ``len(result)``, ``result[0]``, ``result[:2]`` (a list), iteration, ``in``,
-    ``result + []`` / ``[] + result`` (lists). ``list(result)`` gives a plain list.
+    It is also the read-only sequence of its particles: ``len(result)``, ``result[0]``,
+    ``result[:2]`` (a list), iteration, ``in``. ``list(result)`` gives a plain list.
     """
 
     particles: list[Model]
@@ -143,12 +139,6 @@ class SMCResult(Sequence):
 
     def __getitem__(self, i: int | slice) -> Model | list[Model]:
         return self.particles[i]
-
-    def __add__(self, other) -> list[Model]:
-        return list(self.particles) + list(other)
-
-    def __radd__(self, other) -> list[Model]:
-        return list(other) + list(self.particles)
 
     def __repr__(self) -> str:
         lines = [

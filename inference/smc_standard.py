@@ -24,7 +24,7 @@ from llamppl.weights import ess, logmeanexp
 
 from .particles import check_model, log_weights, step_all
 from .record import record_target
-from .resampling import Resampler, get_resampler, resampling_name
+from .resampling import Resampler, get_resampler
 from .result import SMCResult, StepInfo
 from .steps import DEFAULT_MAX_STEPS, OneStep, check_max_steps, run_population
 
@@ -75,21 +75,20 @@ async def smc_standard(
     model: Model,
     n_particles: int,
     ess_threshold: float = 0.5,
-    visualization_dir: str | os.PathLike | None = None,
-    json_file: str | os.PathLike | None = None,
-    resampling_method: str | None = None,
     *,
     resampling: str = "systematic",
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
+    json_file: str | os.PathLike | None = None,
+    visualization_dir: str | os.PathLike | None = None,
     record: bool | str | os.PathLike = False,
     max_steps: int | None = DEFAULT_MAX_STEPS,
 ) -> SMCResult:
     """Run SMC with adaptive resampling on ``model``.
 
-    The positional order is LLaMPPL's, ``smc_standard(model, n_particles,
-    ess_threshold, visualization_dir, json_file, resampling_method)``; our own
-    options (``resampling=``, ``seed=``, ``progress=``, ``record=``) are keywords.
+    LLaMPPL's positional order, ``smc_standard(model, n_particles, ess_threshold,
+    visualization_dir, json_file, resampling_method)``, is accepted too
+    (:mod:`llamppl.compat`).
 
     Parameters
     ----------
@@ -108,12 +107,9 @@ async def smc_standard(
         Fixes every random choice of the run.
     progress : bool | None
         tqdm bar; default on when stderr is a terminal.
-    resampling_method : str | None
-        LLaMPPL name of ``resampling`` (give one or the other).
     json_file, visualization_dir : path | None
         Write a run record (every particle at every step) as JSON to ``json_file``
-        and/or ``visualization_dir/record.json`` (LLaMPPL's names; format in
-        :mod:`llamppl.inference.record`).
+        and/or ``visualization_dir/record.json`` (format in :mod:`llamppl.inference.record`).
     record : bool | path
         ``True`` keeps the run record on ``SMCResult.record`` (for ``to_html``, ``plot``);
         a path also writes it there. Every path is checked before the run starts.
@@ -122,7 +118,6 @@ async def smc_standard(
         after it raises :class:`~llamppl.inference.steps.StepLimitError` naming the model
         and the step; its ``.result`` holds the run so far.
     """
-    resampling = resampling_name(resampling, resampling_method)
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
     threshold = check_unit_interval("ess_threshold", ess_threshold, open_left=False)
