@@ -110,8 +110,6 @@ class CachedCausalLM(HFTokenizerLM):
         Work and memory counters.
     """
 
-    backend = "hf"  # LLaMPPL's lm.backend
-
     def __init__(
         self,
         hf_model: Any,
