@@ -31,7 +31,7 @@ from tiny_models import (
 )
 
 from llamppl import CachedCausalLM
-from llamppl.lm.cached_causal_lm import rounding_tolerance
+from llamppl.lm.hf.cached_causal_lm import rounding_tolerance
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_probe_refuses_an_architecture_it_does_not_know(tokenizer, monkeypatch):
 def test_low_precision_matches_fresh_forward_in_the_same_dtype(tokenizer, arch, dtype):
     """bf16/fp16 weights and K/V; log-probs come back float32.
 
-    The tolerance is :func:`~llamppl.lm.cached_causal_lm.rounding_tolerance`:
+    The tolerance is :func:`~llamppl.lm.hf.cached_causal_lm.rounding_tolerance`:
     rounding of L layers and the head, accumulated like a random walk,
     2·sqrt(L + 1)·eps·(1 + M) for logits of magnitude M (derivation in its
     docstring). Measured here: at most 0.0019 (bf16) and 0.0004 (fp16).
