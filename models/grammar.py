@@ -208,7 +208,11 @@ class GrammarConstraint(HardConstraint):
             max_decimals=max_decimals,
             budget=budget,
         )
-        constraint = self.grammar if predicate is None else self.grammar & predicate
+        constraint = self.grammar
+        if self.grammar.prefix_checks is not None:  # string patterns the grammar dropped
+            constraint = constraint & self.grammar.prefix_checks
+        if predicate is not None:
+            constraint = constraint & predicate
         super().__init__(
             lm,
             prompt,

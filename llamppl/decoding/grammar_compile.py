@@ -1,6 +1,6 @@
 """Compiling grammars for llguidance: :class:`Grammar` from a JSON Schema, a regex or a Lark grammar.
 
-JSON Schemas compile in two tiers (``Grammar.from_json_schema``):
+JSON Schemas compile in up to four tiers (``Grammar.from_json_schema``):
 
 1. **exact** — llguidance's own compiler, compact by default (no free whitespace
    between tokens: ``{"a":1,"b":[2,3]}``; ``whitespace="flexible"`` allows JSON's
@@ -12,7 +12,16 @@ JSON Schemas compile in two tiers (``Grammar.from_json_schema``):
    superset of the schema's valid texts; :attr:`Grammar.check` (full ``jsonschema``
    validation against the schema's own draft) is then the final potential that
    :class:`~llamppl.models.GrammarConstraint` applies at EOS, so the target stays the
-   LM conditioned on validity.
+   LM conditioned on validity;
+3. **stripped** — when even that fails, the keywords llguidance cannot express are
+   removed (:mod:`~llamppl.decoding.json_relax`: ``pattern``s with lookarounds or
+   backreferences, such ``patternProperties``, the sibling keys of a circular ``$ref``),
+   again a superset; the dropped patterns come back as a prefix check on their strings
+   (:attr:`Grammar.prefix_checks`, which ``GrammarConstraint`` composes with the grammar);
+4. **skeleton** — for schemas the engine finds too large: only the top-level ``type``.
+
+An unsatisfiable schema or an unresolvable reference is refused at every tier (no superset
+cures it).
 
 A **size budget** (:mod:`llamppl.decoding.schema_budget`: free strings of at most
 ``max_string_length`` characters, free arrays of at most ``max_array_items`` items,
@@ -23,8 +32,7 @@ object (or a number) rarely closes it and every particle then dies at the token 
 (``docs/programs/structured.md`` argues the choice). ``None`` / ``closed_objects=False``
 turn its parts off.
 
-Only what even the relaxed compiler refuses raises ``ValueError``, naming the keyword
-or feature llguidance names. Compiled grammars are cached per schema and options
+Only such refusals raise ``ValueError``, quoting llguidance. Compiled grammars are cached per schema and options
 (:func:`json_grammar`)::
 
     from llamppl.decoding.grammar_compile import Grammar
@@ -47,6 +55,8 @@ from .constraints import Constraint, ConstraintFailure
 from .grammar_masks import allowed_masks, apply_masks, forced_token
 from .grammar_matcher import MatcherState, require_llguidance
 from .json_check import SchemaCheck, normalize_schema
+from .json_patterns import JSONStringPatterns
+from .json_relax import is_refusal, skeleton, strip_unsupported
 from .schema_budget import (
     MAX_ARRAY_ITEMS,
     MAX_DECIMALS,
@@ -106,6 +116,8 @@ class Grammar(Constraint):
         For JSON Schemas: full validation of a finished text (the final potential).
     relaxed : tuple[str, ...]
         Why the exact compiler refused the schema (empty when it compiled exactly).
+    prefix_checks : JSONStringPatterns | None
+        The string patterns the grammar dropped, as a prefix check on the JSON text.
     """
 
     def __init__(
@@ -115,12 +127,14 @@ class Grammar(Constraint):
         spec: str,
         check: SchemaCheck | None = None,
         relaxed: tuple[str, ...] = (),
+        prefix_checks: JSONStringPatterns | None = None,
     ) -> None:
         error = _engine_error(spec)
         if error:
             raise ValueError(f"invalid {kind}: llguidance says: {error}")
         self.kind, self.source, self.spec = kind, source, spec
         self.check, self.relaxed = check, tuple(relaxed)
+        self.prefix_checks = prefix_checks
 
     @classmethod
     def from_json_schema(
@@ -208,6 +222,15 @@ class Grammar(Constraint):
         return f"Grammar({self.kind}={self.source!r}{tier})"
 
 
+def _regex_ok(pattern: str) -> bool:
+    """Whether llguidance parses ``pattern`` as a regular expression."""
+    llg = require_llguidance()
+    try:
+        return _engine_error(llg.LLMatcher.grammar_from_regex(pattern)) is None
+    except (ValueError, TypeError):
+        return False
+
+
 def _compile(schema: dict, options: dict) -> tuple[str | None, str | None]:
     """(spec, None) if llguidance compiles ``schema`` with ``options``, else (None, its message)."""
     llg = require_llguidance()
@@ -287,6 +310,17 @@ def json_grammar(
     spec, error, reasons = _compile_tiers(budget.apply(schema), options, relax)
     if spec is None and budget.closed_objects:  # closing made it unsatisfiable: the open budget
         spec, _, reasons = _compile_tiers(budget.apply(schema, closed=False), options, relax)
+    patterns = None
+    if spec is None and relax and not is_refusal(error):  # the stripped tier, then the skeleton
+        stripped, dropped = strip_unsupported(schema, _regex_ok)
+        spec, last = _compile(budget.apply(stripped, closed=False), {**options, **_RELAX})
+        if spec is not None:
+            reasons += (error,)
+            patterns = JSONStringPatterns(dropped) if dropped else None
+        elif not is_refusal(last):
+            spec, _ = _compile(skeleton(schema), {**options, **_RELAX})
+            reasons += (error, last) if spec is not None else ()
+        error = error if spec is not None or not is_refusal(last) else last
     if spec is None:
         hint = (
             "; the schema exceeds the grammar engine's limits: fewer optional properties, or "
@@ -298,7 +332,14 @@ def json_grammar(
             f"invalid json_schema: llguidance cannot express it{' even relaxed' if relax else ''}: "
             f"{error}{hint}"
         )
-    grammar = Grammar("json_schema", schema, spec, check=SchemaCheck(schema), relaxed=reasons)
+    grammar = Grammar(
+        "json_schema",
+        schema,
+        spec,
+        check=SchemaCheck(schema),
+        relaxed=reasons,
+        prefix_checks=patterns,
+    )
     _CACHE[key] = grammar
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
