@@ -20,7 +20,7 @@ Prefixes. A language model writes text left to right; a constraint must know whi
 of the text so far can no longer change. :func:`split_prefix` answers that::
 
     split_prefix("He left. Mr. Smith came", "sentence")
-    # PrefixUnits(final=('He left',), pending=('Mr. Smith came',), open_start=8)
+    # PrefixUnits(final=('He left',), pending=('Mr. Smith came',), open_start=9)
 
 ``final`` units are identical in ``units(prefix + s)`` for *every* string ``s``;
 ``pending`` are the rest of ``units(prefix)`` (what the judge sees if the text ends here).
@@ -67,10 +67,12 @@ and ``z`` the end of ``C_{k-2}`` (``z = 0`` when ``k < 2``): :func:`settled_end`
   final characters (``gonna`` becomes ``gon`` + ``na``, ``1,`` becomes ``1,000``).
 
 These rules are derived from NLTK's code (``PunktSentenceTokenizer._slices_from_text``,
-``_match_potential_end_contexts``, ``_realign_boundaries``, ``NLTKWordTokenizer``) and
-checked by brute force in ``tests/decoding/test_text_units.py``. They are *sound*
-(nothing called final ever changes) and tight up to one chunk: a unit is called final at
-most two chunks later than the earliest moment it truly is. Counts are not monotone in
+``_match_potential_end_contexts``, ``_realign_boundaries``, ``NLTKWordTokenizer``), argued
+above, and checked by brute force in ``tests/decoding/test_text_units.py``: nothing called
+final ever changed. The one-chunk margin inside sentences is a precaution the argument needs,
+not a failure seen. A unit in chunk ``C_i`` is called final as soon as ``C_{i+1}`` is
+complete (``C_{i+2}`` inside an open sentence), while most units are truly decided only once
+``C_i`` or ``C_{i+1}`` is complete: the lag is one or two chunks. Counts are not monotone in
 the open part (``wanna`` is two words, ``wannabe`` one; ``Hi!!`` two sentences, then one),
 so ``len(final)`` is a lower bound of the final count, while ``len(final) + len(pending)``
 is no bound at all.

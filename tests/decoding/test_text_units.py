@@ -255,7 +255,9 @@ def test_non_monotone_cases_are_not_final(prefix: str, longer: str, level: str):
 
 
 def test_docstring_examples_and_boundaries():
-    assert tu.split_prefix("He left. Mr. Smith came ", "sentence").final == ("He left",)
+    assert tu.split_prefix("He left. Mr. Smith came", "sentence") == tu.PrefixUnits(
+        ("He left",), ("Mr. Smith came",), 9
+    )  # the module docstring's example
     assert tu.split_prefix("Hi!!", "sentence") == tu.PrefixUnits((), ("Hi!", "!"), 0)
     assert tu.split_prefix("one two three fo", "word").final == ("one", "two")
     assert tu.split_prefix("one two three ", "word").final == ("one", "two")
