@@ -120,10 +120,12 @@ def test_load_and_judge_name_bad_input(tmp_path: Path, instances):
 
 
 def test_nltk_data_follows_the_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    import nltk
+
+    monkeypatch.setattr(nltk.data, "path", list(nltk.data.path))  # restored afterwards
     monkeypatch.setenv("NLTK_DATA", str(tmp_path))
     assert cj.use_nltk_data() == str(tmp_path)  # the user's folder wins
     assert cj.use_nltk_data(cj.NLTK_DATA, override=True) == str(cj.NLTK_DATA.resolve())
     assert os.environ["NLTK_DATA"] == str(cj.NLTK_DATA.resolve())
-    import nltk
-
+    assert str(tmp_path) in nltk.data.path
     assert str(cj.NLTK_DATA.resolve()) in nltk.data.path
