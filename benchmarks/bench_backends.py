@@ -2,8 +2,10 @@
 
 (lm)  The quickstart task (examples/quickstart.py: "The Fed says", no word longer than
       five letters, 30 tokens, ``smc_steer`` N=16, K=3, seed 0) through ``CachedCausalLM``
-      and through ``VLLMLM`` (both capture modes, one engine) in ONE process: wall time,
-      engine calls (forwards / ``generate`` calls) and tokens computed, with ratios.
+      and through ``VLLMLM`` (one engine; both capture modes, each with one-token requests
+      per round and with ``live=True``, particles as live requests) in ONE process: wall
+      time, engine calls (forwards / ``generate`` calls / engine steps) and tokens
+      computed, with ratios to the trie.
       Needs vLLM: run it from ``.venv-vllm`` (``bash scripts/setup-vllm.sh``).
 (ray) ``run_many`` throughput (jobs/minute, worker start-up included) for 1 vs 2 Ray
       workers on the embedded model: ``--jobs`` jobs of ``smc_standard`` on the quickstart
@@ -52,25 +54,33 @@ def bench_lm(args: argparse.Namespace) -> None:
     start = time.perf_counter() - t0
     backends = [
         ("CachedCausalLM (token trie)", lambda: CachedCausalLM(hf.model, hf.tokenizer)),
+        ("VLLMLM live, capture=processor", lambda: VLLMLM(vlm.llm, "processor", live=True)),
+        ("VLLMLM live, capture=logprobs", lambda: VLLMLM(vlm.llm, "logprobs", live=True)),
         ("VLLMLM capture=processor", lambda: VLLMLM(vlm.llm, capture="processor")),
         ("VLLMLM capture=logprobs", lambda: VLLMLM(vlm.llm, capture="logprobs")),
     ]
-    quickstart(VLLMLM(vlm.llm))  # warm-up (first-call kernels), not timed
+    warm = VLLMLM(vlm.llm, capture="processor", live=True)
+    quickstart(warm)  # warm-up (first-call kernels), not timed
+    warm.release()
     print(
         f"quickstart smc_steer N={args.particles} K={args.beam}, {args.max_tokens} tokens; "
         f"torch threads {torch.get_num_threads()}, vLLM start-up {start:.1f} s"
     )
-    print(f"{'backend':30} {'wall s':>8} {'engine calls':>13} {'tokens':>8} {'wall/HF':>8}")
+    print(
+        f"{'backend':32} {'wall s':>8} {'engine calls':>13} {'tokens':>8} "
+        f"{'wall/trie':>10} {'tokens/trie':>12}"
+    )
     base = None
     for name, make in backends:
         lm = make()
-        if hasattr(lm, "clear_cache"):
-            lm.clear_cache()
+        lm.clear_cache()
         wall, stats = quickstart(lm)
-        base = base or wall
+        if hasattr(lm, "release"):
+            lm.release()  # free the last round's live requests before the next row
+        base = base or (wall, stats["tokens_run"])
         print(
-            f"{name:30} {wall:8.2f} {stats['forward_calls']:13d} {stats['tokens_run']:8d} "
-            f"{wall / base:8.2f}"
+            f"{name:32} {wall:8.2f} {stats['forward_calls']:13d} {stats['tokens_run']:8d} "
+            f"{wall / base[0]:10.2f} {stats['tokens_run'] / base[1]:12.2f}"
         )
 
 

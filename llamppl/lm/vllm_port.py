@@ -163,11 +163,8 @@ class CorePort:
         return self._params_cls(**kw, ignore_eos=True, extra_args=extra)
 
     def _add(self, request_id: str, tokens: Context, params: Any) -> None:
-        from vllm.inputs.engine import tokens_input
-
-        request = self.inputs.process_inputs(
-            request_id, tokens_input(list(tokens)), params, self.tasks, resumable=True
-        )
+        prompt = {"type": "token", "prompt_token_ids": list(tokens)}  # vLLM's TokensInput
+        request = self.inputs.process_inputs(request_id, prompt, params, self.tasks, resumable=True)
         request.external_req_id = request_id
         self.core.add_request(request)
         self._chunk[request_id] = len(tokens)
