@@ -51,6 +51,7 @@ __all__ = [
     "VLLMStats",
     "fork_block_copies",
     "plan_round",
+    "split_wave",
 ]
 
 # Keys of ``SamplingParams.extra_args["kv_transfer_params"]`` read by the fork connector.
@@ -89,6 +90,7 @@ class Lane:
     request_id: str
     tokens: Context
     row: torch.Tensor | None = None
+    idle: int = 0  # rounds in a row in which nobody asked for this lane
 
 
 @dataclass
@@ -115,14 +117,18 @@ def _ancestor(c: Context, lanes: dict[Context, Lane], lengths: list[int]) -> Lan
     return None
 
 
-def plan_round(contexts: Sequence[Context], lanes: dict[Context, Lane]) -> RoundPlan:
+def plan_round(
+    contexts: Sequence[Context], lanes: dict[Context, Lane], claimed: frozenset[int] = frozenset()
+) -> RoundPlan:
     """Assign each distinct context to a row, an extension, a fork or a new request.
 
-    A lane is extended by at most one context (the first that asks); later
-    descendants of the same lane fork from it. Lanes that serve nothing are ``unused``.
+    A lane is extended by at most one context (the first that asks) and never when
+    its own context is asked for (or it is in ``claimed``: ids of lanes that serve a
+    context of this round already); other descendants fork from it. Lanes that
+    serve nothing are ``unused``.
     """
     plan = RoundPlan()
-    used: set[int] = set()
+    used: set[int] = set(claimed)
     lengths = sorted({len(t) for t in lanes}, reverse=True)
     for c in contexts:
         lane = lanes.get(c)
@@ -142,6 +148,21 @@ def plan_round(contexts: Sequence[Context], lanes: dict[Context, Lane]) -> Round
             used.add(id(lane))
     plan.unused = [lane for lane in lanes.values() if id(lane) not in used]
     return plan
+
+
+def split_wave(contexts: Sequence[Context]) -> tuple[list[Context], list[Context]]:
+    """``(wave, rest)``: the contexts none of whose proper prefixes is among ``contexts``, and the others.
+
+    A context asked for together with one of its prefixes (a program that takes
+    several tokens at once) is served in a later wave, from the prefix's request.
+    """
+    asked = set(contexts)
+    lengths = sorted({len(c) for c in contexts})
+    wave, rest = [], []
+    for c in contexts:
+        nested = any(c[:m] in asked for m in lengths if m < len(c))
+        (rest if nested else wave).append(c)
+    return wave, rest
 
 
 class EnginePort(Protocol):
@@ -222,6 +243,12 @@ class LiveSessions:
         Prefix of this object's request ids (unique per LM).
     stats : VLLMStats | None
         Where the work is counted (default: a new one).
+    idle_rounds : int
+        Rounds a lane may go unasked before it is freed. ``0`` (default): freed at the
+        end of the first round in which its particle asks for nothing (dead, finished
+        or not resampled). A program whose live particles may skip a round (e.g.
+        ``GrammarConstraint`` taking forced tokens without a forward) keeps their
+        requests with ``1``, at the cost of holding a dead particle's one round longer.
     max_idle_steps : int
         Engine steps in a row that may bring no row before a round is declared
         stuck (the engine cannot admit the requests: K/V cache too small).
@@ -232,9 +259,11 @@ class LiveSessions:
         port: EnginePort,
         prefix: str,
         stats: VLLMStats | None = None,
+        idle_rounds: int = 0,
         max_idle_steps: int = 1000,
     ) -> None:
         self.port = port
+        self.idle_rounds = idle_rounds
         self.prefix = prefix
         self.max_idle_steps = max_idle_steps
         self.lanes: dict[Context, Lane] = {}
@@ -246,39 +275,70 @@ class LiveSessions:
         return f"{self.prefix}-{self._count}"
 
     def run(self, contexts: Sequence[Context]) -> list[torch.Tensor]:
-        """Rows ``(V,)`` of the distinct ``contexts``, in order (one round)."""
-        plan = plan_round(contexts, self.lanes)
+        """Rows ``(V,)`` of the distinct ``contexts``, in order (one round).
+
+        Usually one wave (one engine step); contexts nested in others of the round
+        wait for their prefix's request and fork from it (:func:`split_wave`).
+        """
+        rows: dict[Context, torch.Tensor] = {}
+        serving: set[int] = set()  # ids of the lanes that serve a context of this round
+        todo = list(contexts)
         pending: dict[str, tuple[Lane, Context]] = {}
         try:
-            for c, lane in plan.extend:
-                self.port.resume(lane.request_id, c[len(lane.tokens) :])
-                pending[lane.request_id] = (lane, c)
-            for c, parent in plan.fork:
-                lane = Lane(self._new_id(), ())
-                self.port.start(lane.request_id, c, parent.request_id, len(parent.tokens))
-                pending[lane.request_id] = (lane, c)
-            for c in plan.new:
-                lane = Lane(self._new_id(), ())
-                self.port.start(lane.request_id, c, None, 0)
-                pending[lane.request_id] = (lane, c)
-            self._step_until_done(pending)
+            while todo:
+                wave, todo = split_wave(todo)
+                plan = plan_round(wave, self.lanes, frozenset(serving))
+                moved = [lane.tokens for _, lane in plan.extend]  # their keys change
+                pending = self._submit(plan)
+                self._step_until_done(pending)
+                lanes = list(plan.rows.values()) + [lane for lane, _ in pending.values()]
+                for key in moved:
+                    del self.lanes[key]
+                for lane in lanes:
+                    self.lanes[lane.tokens] = lane
+                    rows[lane.tokens] = lane.row  # type: ignore[assignment]
+                    serving.add(id(lane))
+                    lane.idle = 0
+                self._count_plan(plan)
         except BaseException:
             # the engine's state is unknown: free everything, start afresh next round
             live = {lane.request_id for lane in self.lanes.values()}
             self.port.abort([rid for rid in pending if rid not in live])
             self.release()
             raise
+        unused = [lane for lane in self.lanes.values() if id(lane) not in serving]
+        for lane in unused:
+            lane.idle += 1
+        free = [lane for lane in unused if lane.idle > self.idle_rounds]
+        if free:
+            self.port.abort([lane.request_id for lane in free])
+            self.stats.freed += len(free)
+            for lane in free:
+                del self.lanes[lane.tokens]
+        return [rows[c] for c in contexts]
+
+    def _submit(self, plan: RoundPlan) -> dict[str, tuple[Lane, Context]]:
+        """Send a plan's extensions, forks and new requests; ``{request id: (lane, context)}``."""
+        pending: dict[str, tuple[Lane, Context]] = {}
+        for c, lane in plan.extend:
+            self.port.resume(lane.request_id, c[len(lane.tokens) :])
+            pending[lane.request_id] = (lane, c)
+        for c, parent in plan.fork:
+            lane = Lane(self._new_id(), ())
+            self.port.start(lane.request_id, c, parent.request_id, len(parent.tokens))
+            pending[lane.request_id] = (lane, c)
+        for c in plan.new:
+            lane = Lane(self._new_id(), ())
+            self.port.start(lane.request_id, c, None, 0)
+            pending[lane.request_id] = (lane, c)
+        return pending
+
+    def _count_plan(self, plan: RoundPlan) -> None:
         st = self.stats
         st.extends += len(plan.extend)
         st.forks += len(plan.fork)
         st.requests += len(plan.fork) + len(plan.new)
         st.cache_hits += len(plan.rows)
-        if plan.unused:
-            self.port.abort([lane.request_id for lane in plan.unused])
-            st.freed += len(plan.unused)
-        lanes = list(plan.rows.values()) + [lane for lane, _ in pending.values()]
-        self.lanes = {lane.tokens: lane for lane in lanes}
-        return [self.lanes[c].row for c in contexts]  # type: ignore[misc]
 
     def _step_until_done(self, pending: dict[str, tuple[Lane, Context]]) -> None:
         waiting = dict(pending)

@@ -1,40 +1,52 @@
 """``VLLMLM``: a :class:`~llamppl.lm.base.LanguageModel` served by a vLLM engine.
 
-vLLM brings tensor-parallel serving of large models and automatic prefix
-caching (its own form of the K/V sharing our token trie does). All contexts
-awaited together (one SMC step of every particle) become ONE call to
-``LLM.generate`` with one single-token request per distinct context; the
-engine's prefix cache means a shared prompt is computed once::
+vLLM brings tensor-parallel serving of large models, paged attention and automatic
+prefix caching. All contexts awaited together (one SMC step of every particle) are
+served by the engine together, in one of two modes (``live=``)::
 
     from llamppl.lm.vllm_lm import VLLMLM
-    lm = VLLMLM.from_pretrained("/models/Llama-3.1-8B-Instruct", tensor_parallel_size=2)
+    lm = VLLMLM.from_pretrained("/models/Llama-3.1-8B-Instruct")   # live=True
     logps = await lm.next_token_logprobs(lm.encode("The capital of France is"))  # (V,) float32
     lm.stats    # VLLMStats(engine_calls=1, requests=1, tokens_computed=6, ...)
 
+``live=True`` (default)
+    Every particle is a live engine request (a resumable vLLM request) that the
+    next round extends by the token(s) the program chose: one engine step per
+    round, one new token computed per particle. A resampled particle forks from
+    its ancestor's K/V without recomputing it, and a particle that asks for
+    nothing in a round (dead, finished, not resampled) is freed at once
+    (:mod:`llamppl.lm.vllm_engine`, :mod:`llamppl.lm.vllm_port`, :mod:`llamppl.lm.vllm_fork`).
+``live=False``
+    Every distinct context is a new one-token request, all of a round in ONE
+    ``LLM.generate`` call; vLLM's prefix cache serves the contexts' whole blocks
+    and the rest of every context is recomputed.
+
 How the full next-token distribution is read. vLLM returns sampled tokens,
-not distributions, so each request generates one token and the log-probs of
-the position before it are collected in one of two ways (``capture=``):
+not distributions, so each request generates one (throw-away) token and the
+log-probs of the position before it are collected in one of two ways (``capture=``):
 
 ``"processor"``
     A vLLM v1 logits processor (:class:`vllm.v1.sample.logits_processor.LogitsProcessor`,
     registered with ``LLM(logits_processors=[...])``) sees the batch's raw logits
     ``(B, V)`` and stores ``log_softmax`` of the rows of our requests, which are
-    tagged through ``SamplingParams.extra_args``. Fastest; the processor must run
-    in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one GPU).
+    tagged through ``SamplingParams.extra_args``: one tensor per engine step, on the
+    engine's device. Fastest; the processor must run in this process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one GPU).
 ``"logprobs"``
     vLLM's documented output path: ``SamplingParams(logprobs=-1)`` (engine built
-    with ``max_logprobs=-1``) returns every token's log-prob, which is scattered
-    into a ``(V,)`` vector. Works with any engine layout (tensor parallel,
-    multiprocess), at the cost of converting ``V`` Python floats per request.
+    with ``max_logprobs=-1``) returns every token's log-prob, scattered into
+    ``(V,)`` vectors on the CPU. Works with any engine layout (tensor parallel,
+    multiprocess), at the cost of vLLM sorting and shipping ``V`` values per request.
 
 Both give ``log_softmax`` of the model's raw logits (vLLM's default
 ``logprobs_mode="raw_logprobs"``), i.e. the normalised next-token log-probs
 p(x_{t+1} | x_{1:t}) of the LM, in float32.
 
-The engine object may be anything with vLLM's offline interface
+With ``live=False`` the engine object may be anything with vLLM's offline interface
 (``generate(prompts, sampling_params, use_tqdm=...)`` returning request outputs
-with ``.outputs[0].logprobs`` and ``.num_cached_tokens``, and
-``get_tokenizer()``); the unit tests use such a fake engine.
+with ``.outputs[0].logprobs`` and ``.num_cached_tokens``, and ``get_tokenizer()``);
+with ``live=True`` it needs ``llm.llm_engine``'s ``engine_core`` and
+``input_processor`` (:class:`~llamppl.lm.vllm_port.CorePort`). The unit tests use fakes of both.
 """
 
 from __future__ import annotations
@@ -48,7 +60,7 @@ from typing import Any
 
 import torch
 
-from ..validation import is_integer
+from ..validation import check_nonnegative_int, is_integer
 from .hf_vocab import HFTokenizerLM
 from .vllm_engine import LiveSessions, VLLMStats
 from .vllm_load import CAPTURE_MODES, build_engine, import_vllm
@@ -78,11 +90,16 @@ class VLLMLM(HFTokenizerLM):
     sampling_params : type | None
         The request-parameters class. Default: ``vllm.SamplingParams``.
     live : bool
-        ``False``: every context is a new one-token request (``LLM.generate``).
-        ``True``: every particle is a live engine request extended by its next
-        token each round (:mod:`llamppl.lm.vllm_engine`); a resampled particle
-        forks from its ancestor's K/V (the engine needs the fork connector that
-        :meth:`from_pretrained` installs), and a particle that stops asking is freed.
+        ``True`` (default): every particle is a live engine request extended by its
+        next token each round (:mod:`llamppl.lm.vllm_engine`); a resampled particle
+        forks from its ancestor's K/V (through the fork connector that
+        :meth:`from_pretrained` installs; without it a fork recomputes its last
+        partial block), and a particle that stops asking is freed at the end of the
+        round. ``False``: every context is a new one-token request (one
+        ``LLM.generate`` call per round; vLLM's prefix cache serves whole blocks).
+    idle_rounds : int
+        ``live=True``: rounds a particle's request may go unasked before it is freed
+        (0: at once; see :class:`~llamppl.lm.vllm_engine.LiveSessions`).
 
     Attributes
     ----------
@@ -102,7 +119,8 @@ class VLLMLM(HFTokenizerLM):
         vocab_size: int | None = None,
         max_cached_logprobs: int = 256,
         sampling_params: type | None = None,
-        live: bool = False,
+        live: bool = True,
+        idle_rounds: int = 0,
     ) -> None:
         if not callable(getattr(llm, "generate", None)):
             raise TypeError(f"llm must be a vllm.LLM engine, got {type(llm).__name__}")
@@ -130,8 +148,14 @@ class VLLMLM(HFTokenizerLM):
         self.live = live
         self._sessions: LiveSessions | None = None
         if live:
+            if getattr(getattr(llm, "llm_engine", None), "engine_core", None) is None:
+                raise TypeError(
+                    "live=True needs vLLM's v1 engine (llm.llm_engine.engine_core); "
+                    f"{type(llm).__name__} has none: pass live=False"
+                )
             port = CorePort(llm, capture, vocab_size, self._tag_prefix, sampling_params)
-            self._sessions = LiveSessions(port, self._tag_prefix, self.stats)
+            idle_rounds = check_nonnegative_int("idle_rounds", idle_rounds)
+            self._sessions = LiveSessions(port, self._tag_prefix, self.stats, idle_rounds)
             # the engine outlives this object: free its live requests when it goes
             weakref.finalize(self, self._sessions.release)
 
@@ -146,7 +170,8 @@ class VLLMLM(HFTokenizerLM):
         gpu_memory_utilization: float = 0.9,
         capture: str | None = None,
         max_cached_logprobs: int = 256,
-        live: bool = False,
+        live: bool = True,
+        idle_rounds: int = 0,
         **engine_kwargs: Any,
     ) -> VLLMLM:
         """Build a vLLM engine for the model in the local directory ``path``. Never downloads.
@@ -169,7 +194,13 @@ class VLLMLM(HFTokenizerLM):
             capture_processor=processor_class,
             **engine_kwargs,
         )
-        return cls(llm, capture=capture, max_cached_logprobs=max_cached_logprobs, live=live)
+        return cls(
+            llm,
+            capture=capture,
+            max_cached_logprobs=max_cached_logprobs,
+            live=live,
+            idle_rounds=idle_rounds,
+        )
 
     # ------------------------------------------------------------------ interface
     @property

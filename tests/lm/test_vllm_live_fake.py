@@ -173,3 +173,53 @@ def test_smc_steer_computes_one_token_per_distinct_context_and_step():
     # the prompt's two tokens, then one token per distinct context of every later step
     assert llm.core.computed == lm.stats.tokens_computed == 2 + sum(distinct[1:])
     assert lm.stats.requests == 1 + lm.stats.forks
+
+
+@pytest.mark.parametrize("capture", ["logprobs", "processor"])
+def test_live_host_syncs_per_step_do_not_grow_with_n(capture):
+    from tests.core.test_host_syncs import syncs_per_step
+
+    counts = {}
+    for n in (2, 8, 32):
+        lm, _ = make_live(capture)
+        counts[n] = syncs_per_step(lm, n, steps=4, eos=0, observed=1)
+    assert counts[2] == counts[8] == counts[32], counts
+
+
+def test_live_mode_bad_input():
+    from tests.lm.test_vllm_fake import FakeEngine
+
+    with pytest.raises(TypeError, match="live=True needs vLLM's v1 engine"):
+        VLLMLM(FakeEngine(), capture="logprobs", sampling_params=Params)
+    with pytest.raises(TypeError, match="live must be True or False"):
+        VLLMLM(FakeEngine(), capture="logprobs", live="yes")
+
+
+def test_contexts_nested_in_one_round_fork_from_their_prefix():
+    lm, llm = make_live()
+    # a program that takes forced tokens asks for a context and its extensions together
+    contexts = [[1, 2, 3, 4, 5, 1, 2], [1, 2, 3, 4, 5, 1, 2, 3, 4], [1, 2, 3, 4, 5, 1, 2, 3]]
+    rows = gather(lm, contexts)
+    assert all(torch.equal(r, exact(c)) for r, c in zip(rows, contexts))
+    # three waves: the 7-token prompt, then each longer context forks from the one before
+    assert llm.core.computed == 7 + 1 + 1 and lm.stats.engine_calls == 3
+    assert (lm.stats.forks, lm.stats.extends) == (2, 0) and len(llm.core.sessions) == 3
+    # every particle's request lives on: the next round extends each of them
+    rows = gather(lm, [c + [1] for c in contexts])
+    assert llm.core.computed == 9 + 3 and lm.stats.extends == 3 and lm.stats.freed == 0
+
+
+def test_idle_rounds_keep_a_request_that_skips_a_round():
+    fn = FunctionLM(VOCAB, 0, toy_logits)
+    llm = FakeLLM(toy_logits, len(VOCAB), FakeTokenizer(fn), "logprobs")
+    lm = VLLMLM(llm, capture="logprobs", sampling_params=Params, idle_rounds=1)
+    gather(lm, [[1, 2], [1, 3]])
+    gather(lm, [[1, 2, 4]])  # [1, 3]'s particle skips this round: kept
+    assert lm.stats.freed == 0 and len(llm.core.sessions) == 2
+    gather(lm, [[1, 3, 4, 4], [1, 2, 4, 1]])  # it comes back two tokens later: extended
+    assert lm.stats.extends == 3 and lm.stats.requests == 2 and llm.core.computed == 4 + 1 + 3
+    gather(lm, [[1, 2, 4, 1, 1]])
+    gather(lm, [[1, 2, 4, 1, 1, 1]])  # unasked for two rounds: freed
+    assert lm.stats.freed == 1 and len(llm.core.sessions) == 1
+    with pytest.raises(ValueError, match="idle_rounds must be"):
+        VLLMLM(llm, capture="logprobs", sampling_params=Params, idle_rounds=-1)
