@@ -15,7 +15,11 @@
 ::
 
     .venv-vllm/bin/python benchmarks/bench_backends.py --part lm
+    .venv-vllm/bin/python benchmarks/bench_backends.py --part lm --model /models/Qwen2.5-7B-Instruct
     .venv/bin/python benchmarks/bench_backends.py --part ray
+
+(``--model``: a local model on one GPU, both backends in bfloat16, vLLM given half the
+GPU memory; see docs/scaling/gpu_server.md.)
 
 Threads: torch gets ``--threads`` (default 1); vLLM's CPU backend pins its own OpenMP
 threads, so ``VLLM_CPU_OMP_THREADS_BIND`` is set to the same number of cores.
@@ -48,9 +52,15 @@ def bench_lm(args: argparse.Namespace) -> None:
         result = run(smc_steer(model, args.particles, args.beam, seed=0, progress=False))
         return time.perf_counter() - t0, result.stats
 
-    hf = CachedCausalLM.default()
+    if args.model is None:  # the embedded SmolLM2-135M, fp32, on the CPU
+        hf = CachedCausalLM.default()
+        path, dtype = converted_dir(), "float32"
+    else:  # a local model directory on args.device (e.g. a 7B model on one GPU)
+        path, dtype = args.model, args.dtype
+        hf = CachedCausalLM.from_pretrained(path, args.device, dtype=getattr(torch, dtype))
     t0 = time.perf_counter()
-    vlm = VLLMLM.from_pretrained(converted_dir(), dtype="float32", max_model_len=512)
+    engine_kw = {"gpu_memory_utilization": args.gpu_memory_utilization}
+    vlm = VLLMLM.from_pretrained(path, dtype=dtype, max_model_len=512, **engine_kw)
     start = time.perf_counter() - t0
     backends = [
         ("CachedCausalLM (token trie)", lambda: CachedCausalLM(hf.model, hf.tokenizer)),
@@ -122,6 +132,17 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=30)
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--model", default=None, help="local model directory (default: the embedded SmolLM2)"
+    )
+    parser.add_argument("--device", default="cuda", help="CachedCausalLM's device with --model")
+    parser.add_argument("--dtype", default="bfloat16", help="both backends' dtype with --model")
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.5,
+        help="vLLM's share of the GPU (the trie's model shares it)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

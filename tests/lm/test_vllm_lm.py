@@ -76,7 +76,12 @@ def test_logprobs_match_cached_causal_lm(vlm, make_lm, live):
     prompt = vlm.encode("In a small village by the sea, an old fisherman")
     contexts = [prompt] + [prompt + [t, 17 + t] for t in (11, 2000, 30000, 49100)]
     got, want = gather(vlm, contexts), gather(hf, contexts)
-    assert vlm.stats.engine_calls == 1 and vlm.batch_calls == 1
+    assert vlm.batch_calls == 1  # one round
+    if live:  # the prompt first, then four requests forked from it: 2 tokens each
+        assert vlm.stats.engine_calls == 2 and vlm.stats.forks == 4
+        assert vlm.stats.tokens_computed == len(prompt) + 4 * 2
+    else:  # one generate call, five requests
+        assert vlm.stats.engine_calls == 1
     for g, w in zip(got, want):
         assert g.dtype == torch.float32 and g.shape == (vlm.vocab_size,) and g.device == vlm.device
         assert (g - w).abs().max().item() < TOL
