@@ -274,11 +274,12 @@ class LiveSessions:
         self._count += 1
         return f"{self.prefix}-{self._count}"
 
-    def run(self, contexts: Sequence[Context]) -> list[torch.Tensor]:
+    def run(self, contexts: Sequence[Context], free_unused: bool = True) -> list[torch.Tensor]:
         """Rows ``(V,)`` of the distinct ``contexts``, in order (one round).
 
         Usually one wave (one engine step); contexts nested in others of the round
         wait for their prefix's request and fork from it (:func:`split_wave`).
+        ``free_unused=False`` (a lone blocking call amid a run) frees no lane.
         """
         rows: dict[Context, torch.Tensor] = {}
         serving: set[int] = set()  # ids of the lanes that serve a context of this round
@@ -306,6 +307,8 @@ class LiveSessions:
             self.port.abort([rid for rid in pending if rid not in live])
             self.release()
             raise
+        if not free_unused:
+            return [rows[c] for c in contexts]
         unused = [lane for lane in self.lanes.values() if id(lane) not in serving]
         for lane in unused:
             lane.idle += 1

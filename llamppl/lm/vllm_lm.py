@@ -55,12 +55,14 @@ import itertools
 import os
 import uuid
 import weakref
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from ..validation import check_nonnegative_int, is_integer
+from .base import validate_token_ids
 from .hf_vocab import HFTokenizerLM
 from .vllm_engine import LiveSessions, VLLMStats
 from .vllm_load import CAPTURE_MODES, build_engine, import_vllm
@@ -226,6 +228,30 @@ class VLLMLM(HFTokenizerLM):
             reset()
 
     # ------------------------------------------------------------------ batching
+    def _serve(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        """With ``live=True`` a round is ONE backend call whatever ``batch_size`` says: the
+        round decides which live requests to free, and vLLM batches the work itself
+        (``max_num_batched_tokens``)."""
+        if self._sessions is None:
+            return super()._serve(contexts)
+        unique = list(dict.fromkeys(contexts))
+        self.stats.batch_calls += 1
+        rows = dict(zip(unique, self.next_token_logprobs_batch(unique)))
+        return [rows[c] for c in contexts]
+
+    def next_token_logprobs_sync(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Blocking single-context version of :meth:`next_token_logprobs`; with ``live=True``
+        it frees no other particle's request (a lone call amid a run is not a round)."""
+        if self._sessions is None:
+            return super().next_token_logprobs_sync(token_ids)
+        ids = validate_token_ids(token_ids, self.vocab_size)
+        if not ids:
+            raise ValueError(
+                "token_ids must be non-empty: a causal LM needs at least one token to condition on"
+            )
+        self.stats.batch_calls += 1
+        return self._check_row(self._sessions.run([ids], free_unused=False)[0])
+
     def next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
         for c in contexts:
             if len(c) == 0:

@@ -223,3 +223,15 @@ def test_idle_rounds_keep_a_request_that_skips_a_round():
     assert lm.stats.freed == 1 and len(llm.core.sessions) == 1
     with pytest.raises(ValueError, match="idle_rounds must be"):
         VLLMLM(llm, capture="logprobs", sampling_params=Params, idle_rounds=-1)
+
+
+def test_batch_size_and_blocking_calls_do_not_free_live_requests():
+    lm, llm = make_live()
+    lm.batch_size = 1  # vLLM batches itself: a live round stays one call
+    gather(lm, [[1, 2], [1, 3], [1, 4]])
+    assert lm.batch_calls == 1 and lm.stats.engine_calls == 1 and len(llm.core.sessions) == 3
+    row = lm.next_token_logprobs_sync([1, 2, 5])  # a lone blocking call amid a run
+    assert torch.equal(row, exact([1, 2, 5])) and lm.stats.freed == 0
+    assert len(llm.core.sessions) == 3  # [1, 2] was extended, [1, 3] and [1, 4] live on
+    gather(lm, [[1, 3, 1], [1, 4, 1]])
+    assert lm.stats.extends == 3 and lm.stats.freed == 1  # only [1, 2, 5]'s request
