@@ -64,10 +64,10 @@ def bench_lm(args: argparse.Namespace) -> None:
     start = time.perf_counter() - t0
     backends = [
         ("CachedCausalLM (token trie)", lambda: CachedCausalLM(hf.model, hf.tokenizer)),
-        ("VLLMLM live, capture=processor", lambda: VLLMLM(vlm.llm, "processor", live=True)),
-        ("VLLMLM live, capture=logprobs", lambda: VLLMLM(vlm.llm, "logprobs", live=True)),
-        ("VLLMLM capture=processor", lambda: VLLMLM(vlm.llm, capture="processor")),
-        ("VLLMLM capture=logprobs", lambda: VLLMLM(vlm.llm, capture="logprobs")),
+        ("VLLMLM live=True, processor", lambda: VLLMLM(vlm.llm, "processor", live=True)),
+        ("VLLMLM live=True, logprobs", lambda: VLLMLM(vlm.llm, "logprobs", live=True)),
+        ("VLLMLM live=False, processor", lambda: VLLMLM(vlm.llm, "processor", live=False)),
+        ("VLLMLM live=False, logprobs", lambda: VLLMLM(vlm.llm, "logprobs", live=False)),
     ]
     warm = VLLMLM(vlm.llm, capture="processor", live=True)
     quickstart(warm)  # warm-up (first-call kernels), not timed
