@@ -23,12 +23,12 @@ Lanes nobody asked for in a round belong to particles that died, finished or wer
 not resampled; they are aborted at the end of the round, which frees their
 blocks at once (full blocks stay in vLLM's prefix cache until evicted)::
 
-    sessions = LiveSessions(port)               # port: an engine adapter, see EnginePort
+    sessions = LiveSessions(port, prefix="lm1")  # port: an engine adapter, see EnginePort
     rows = sessions.run([(1, 2, 3), (1, 2, 4)])  # one (V,) row per context
-    sessions.stats                               # counters: extends, forks, freed, ...
+    sessions.stats                               # VLLMStats: engine steps, tokens, forks, ...
 
 The engine adapter is :class:`EnginePort` (vLLM's engine core, in
-:mod:`llamppl.lm.vllm_port`); this module imports no vLLM and is tested with a fake port.
+:mod:`llamppl.lm.vllm_port`); this module imports no vLLM and is tested against a fake engine core.
 """
 
 from __future__ import annotations

@@ -278,3 +278,29 @@ def test_live_host_syncs_per_step_do_not_grow_with_n(vlm):
         counts[n] = syncs_per_step(lm, n, steps=3, eos=eos, observed=11)
         lm.release()
     assert counts[2] == counts[8] == counts[32], counts
+
+
+def test_live_llamppl_and_hfppl_forms_run_unchanged(vlm, tmp_path, monkeypatch):
+    """The peers' program forms (tests/compat/test_peer_forms.py), LLM = a live VLLMLM."""
+    from hfppl import smc_steer as h_smc_steer
+    from tests.compat.test_peer_forms import FewLetters, NoE
+
+    monkeypatch.chdir(tmp_path)
+    LLM = VLLMLM(vlm.llm, capture="processor", live=True)  # noqa: N806
+    assert LLM.backend == "vllm"
+    LLM.cache_kv(LLM.tokenizer.encode("The sky"))
+    particles = asyncio.run(
+        smc_standard(FewLetters(LLM, "The sky", 3), 3, 0.5, "html", "results/output.json")
+    )
+    assert len(particles) == 3 and (tmp_path / "results" / "output.json").exists()
+    for p in particles:
+        if p.weight > float("-inf"):
+            assert all(t in p.allowed for t in p.context.generated if t != p.eos_token_id)
+    # start + 3 steps read 4 rounds; each live particle computes one token per round
+    assert LLM.stats.engine_calls <= LLM.batch_calls + 1
+    assert LLM.stats.tokens_computed <= len(LLM.encode("The sky")) + 3 * 3
+    particles = asyncio.run(h_smc_steer(NoE(LLM, "The weather today is", "e"), 2, 2))
+    assert 1 <= len(particles) <= 2
+    for particle in particles:
+        assert "e" not in particle.context.s
+    LLM.release()
