@@ -184,8 +184,10 @@ class VLLMLM(HFTokenizerLM):
         defaults to ``"processor"``; otherwise to ``"logprobs"``. On a machine without CUDA the CPU defaults
         ``enforce_eager=True, block_size=32`` apply unless given. Other keyword
         arguments (``max_model_len``, ``enforce_eager``, ...) go to ``vllm.LLM``
-        (:func:`llamppl.lm.vllm_load.build_engine`, which also installs the fork
-        connector :mod:`llamppl.lm.vllm_fork` that ``live=True`` relies on).
+        (:func:`llamppl.lm.vllm_load.build_engine`). With ``live=True`` it installs the fork
+        connector :mod:`llamppl.lm.vllm_fork`, which turns vLLM's hybrid K/V allocator off:
+        for a hybrid SSM model (Jamba, Bamba) pass ``kv_transfer_config=None`` (forks then
+        recompute their last partial block) or ``live=False``.
         """
         llm, capture = build_engine(
             path,
@@ -194,6 +196,7 @@ class VLLMLM(HFTokenizerLM):
             gpu_memory_utilization=gpu_memory_utilization,
             capture=capture,
             capture_processor=processor_class,
+            fork_connector=live,
             **engine_kwargs,
         )
         return cls(

@@ -54,11 +54,17 @@ def build_engine(
     gpu_memory_utilization: float = 0.9,
     capture: str | None = None,
     capture_processor: Callable[[], type],
+    fork_connector: bool = True,
     **engine_kwargs: Any,
 ) -> tuple[Any, str]:
     """``(vllm.LLM, capture mode)`` for the model in the local directory ``path``.
 
-    ``capture_processor()`` gives the logits-processor class registered when
+    ``fork_connector`` installs :mod:`llamppl.lm.vllm_fork` (``kv_transfer_config``), which
+    ``VLLMLM(live=True)`` forks use to load their ancestor's partial block. vLLM turns its
+    hybrid K/V allocator off with this connector: sliding-window models run slower and
+    hybrid SSM models (Jamba, Bamba) do not start; pass ``fork_connector=False`` for them
+    (forks then recompute their last partial block). ``capture_processor()`` gives the
+    logits-processor class registered when
     ``capture == "processor"``. See ``VLLMLM.from_pretrained`` for the defaults.
     """
     if not isinstance(path, (str, os.PathLike)):
@@ -102,7 +108,8 @@ def build_engine(
     engine_kwargs["max_logprobs"] = -1  # allows capture="logprobs" on the same engine
     # The fork connector: a request resampled from a live one loads its ancestor's partial
     # block instead of recomputing it (VLLMLM(live=True); llamppl/lm/vllm_fork.py).
-    engine_kwargs.setdefault("kv_transfer_config", FORK_CONNECTOR)
+    if fork_connector:
+        engine_kwargs.setdefault("kv_transfer_config", FORK_CONNECTOR)
     llm = vllm.LLM(
         model=str(p),
         tokenizer=str(p),
