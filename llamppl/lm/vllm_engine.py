@@ -357,7 +357,9 @@ class LiveSessions:
                     raise RuntimeError(
                         f"the vLLM engine made no progress on {len(waiting)} live requests in "
                         f"{idle} steps: its K/V cache is too small for this many particles "
-                        "(raise gpu_memory_utilization or VLLM_CPU_KVCACHE_SPACE)"
+                        "(raise gpu_memory_utilization or VLLM_CPU_KVCACHE_SPACE), or they "
+                        f"exceed its max_num_seqs ({len(self.lanes) + len(waiting)} live "
+                        "requests at most; every live particle holds one)"
                     )
                 continue
             idle = 0
