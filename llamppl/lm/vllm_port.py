@@ -150,6 +150,8 @@ class CorePort:
             sampling_params = import_vllm().SamplingParams
         self._params_cls = sampling_params
         self._chunk: dict[str, int] = {}  # request id -> tokens of its pending chunk
+        self._length: dict[str, int] = {}  # request id -> its context's length
+        self.max_len: int | None = getattr(engine.model_config, "max_model_len", None)
         self._new: set[str] = set()  # pending requests that are new (their cache hit counts)
 
     # ------------------------------------------------------------------ requests
@@ -163,11 +165,18 @@ class CorePort:
         return self._params_cls(**kw, ignore_eos=True, extra_args=extra)
 
     def _add(self, request_id: str, tokens: Context, params: Any) -> None:
+        length = self._length.get(request_id, 0) + len(tokens)
+        if self.max_len is not None and length >= self.max_len:
+            raise ValueError(
+                f"token_ids of length {length} do not fit the vLLM engine's max_model_len="
+                f"{self.max_len} (a context needs one more position for its next token)"
+            )
         prompt = {"type": "token", "prompt_token_ids": list(tokens)}  # vLLM's TokensInput
         request = self.inputs.process_inputs(request_id, prompt, params, self.tasks, resumable=True)
         request.external_req_id = request_id
         self.core.add_request(request)
         self._chunk[request_id] = len(tokens)
+        self._length[request_id] = length
 
     def start(
         self, request_id: str, tokens: Context, fork_of: str | None, fork_tokens: int
@@ -185,6 +194,7 @@ class CorePort:
         self.core.abort_requests(list(request_ids))
         for rid in request_ids:
             self._chunk.pop(rid, None)
+            self._length.pop(rid, None)
             self._new.discard(rid)
         forget_captured([f"{self.tag_prefix}:{rid}" for rid in request_ids])
 

@@ -149,7 +149,9 @@ class FakeLLM:
         self.core = FakeCore(logits_fn, vocab_size, capture)
         self.tokenizer = tokenizer
         self.llm_engine = SimpleNamespace(
-            model_config=SimpleNamespace(get_vocab_size=lambda: vocab_size, hf_config=None),
+            model_config=SimpleNamespace(
+                get_vocab_size=lambda: vocab_size, hf_config=None, max_model_len=64
+            ),
             engine_core=self.core,
             input_processor=FakeInputProcessor(),
             get_supported_tasks=lambda: ("generate",),

@@ -235,3 +235,14 @@ def test_batch_size_and_blocking_calls_do_not_free_live_requests():
     assert len(llm.core.sessions) == 3  # [1, 2] was extended, [1, 3] and [1, 4] live on
     gather(lm, [[1, 3, 1], [1, 4, 1]])
     assert lm.stats.extends == 3 and lm.stats.freed == 1  # only [1, 2, 5]'s request
+
+
+def test_a_context_longer_than_the_engine_allows_is_refused():
+    lm, llm = make_live()
+    gather(lm, [[1] * 60])
+    with pytest.raises(ValueError, match="length 64 do not fit the vLLM engine's max_model_len=64"):
+        gather(lm, [[1] * 64])  # extending the 60-token request by 4
+    with pytest.raises(ValueError, match="max_model_len=64"):
+        gather(lm, [[2] * 70])
+    assert llm.core.sessions == {}  # the failed rounds freed everything
+    assert torch.equal(gather(lm, [[1] * 63])[0], exact([1] * 63))
