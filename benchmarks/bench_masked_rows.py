@@ -43,7 +43,7 @@ def main() -> None:
 
     from llamppl import CachedCausalLM
     from llamppl.models import max_word_length
-    from llamppl.token import serve_rows
+    from llamppl.row_sampling import serve_rows
 
     lm = CachedCausalLM.default()
     base = [lm.next_token_logprobs_sync(lm.encode(p)) for p in PROMPTS]

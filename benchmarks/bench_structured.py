@@ -10,7 +10,7 @@
    prompt, schema and token budget.
 
 genlm-control (the other exact-SMC library) is not a dependency; run it in its own
-environment (see ``benchmarks/README.md`` for the attempt on this machine).
+environment (see ``benchmarks/reports/structured.md`` for the attempt on this machine).
 
     python benchmarks/bench_structured.py --particles 16 64 --max-tokens 40
 """

@@ -13,7 +13,7 @@ another counts only in its own category. Categories:
 ``head``        the LM head product (``model.get_output_embeddings()``)
 ``logsoftmax``  log-softmax of the head's logits
 ``extract``     row extraction: hidden rows to nodes, log-prob rows to requests
-``sampling``    token sampling (``llamppl.token.sample_index``; batched: ``serve_rows``,
+``sampling``    token sampling (``llamppl.row_sampling.sample_index``; batched: ``serve_rows``,
                 which also reads the round's mask masses and observed log-probs, and
                 applies the pending masks)
 ``constraint``  the constraint's vectorised mask (``allowed_mask``), part of model code
@@ -160,7 +160,7 @@ class _Resumes:
 
 def install(lm, model_cls) -> list:
     """Wrap the LM, sampling and model hooks; returns undo actions. Exits naming what is missing."""
-    import llamppl.token as token_module
+    import llamppl.row_sampling as token_module
 
     undo = []
     cls, module = type(lm), sys.modules[type(lm).__module__]
@@ -210,8 +210,10 @@ def install(lm, model_cls) -> list:
         if name.startswith("llamppl")
         and getattr(m, "sample_index", None) is token_module.sample_index
     ]
-    if len(patched) < 2:  # llamppl.token itself and at least the module LMContext samples in
-        raise SystemExit("profile_step.py: no module besides llamppl.token uses sample_index")
+    if len(patched) < 2:  # llamppl.row_sampling itself and at least the module LMContext samples in
+        raise SystemExit(
+            "profile_step.py: no module besides llamppl.row_sampling uses sample_index"
+        )
     original = token_module.sample_index
     for m in patched:
         m.sample_index = PROF.timed(original, "sampling")

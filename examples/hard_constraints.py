@@ -23,7 +23,7 @@ import torch
 from llamppl import CachedCausalLM, LMContext, run
 from llamppl.inference import smc_steer
 from llamppl.models import HardConstraint, max_word_length
-from llamppl.token import sample_index
+from llamppl.row_sampling import sample_index
 
 
 async def token_masking(lm, prompt: str, constraint, max_tokens: int, greedy: bool, rng):

@@ -17,8 +17,8 @@ Feynman–Kac target) invariant for any N >= 2 (ADH 2010, Theorem 5), which
 A path is a :class:`Trajectory`: the values every ``sample`` returned, per hook
 call (``start``, then each ``step``). Programs must draw all their randomness
 through ``sample`` (as ``enumerate_exact`` also assumes), so replaying the values
-rebuilds the state. The engine is :class:`ConditionalStep`, one step returning
-``(particles, StepInfo)`` like ``smc_standard_step``, driven by the shared loop
+rebuilds the state. The engine is :class:`ConditionalSMC`, whose step returns
+``(particles, StepInfo)`` like every engine's, driven by the shared loop
 :func:`~llamppl.inference.steps.run_population` (history, run record, progress,
 ``max_steps`` and the up-front memory check)::
 
@@ -41,21 +41,24 @@ import numpy as np
 
 from llamppl.distributions import Distribution
 from llamppl.modeling import Model
-from llamppl.rng import make_rng
-from llamppl.validation import check_positive_int, check_unit_interval
-from llamppl.weights import ess, logmeanexp, normalize
+from llamppl.validation import check_positive_int
+from llamppl.weights import logmeanexp
 
-from .particles import check_model, log_weights
-from .record import record_target
-from .result import SMCResult, StepInfo
-from .smc_standard import resample_population
-from .steps import DEFAULT_MAX_STEPS, StepLimitError, check_max_steps, run_population
+from .engine import Engine
+from .observers import Progress
+from .options import DEFAULT_MAX_STEPS, RunOptions, options_from, run_options
+from .particles import check_model, log_weights, resample_population
+from .record import RecordTarget, write_json
+from .result import SMCResult
+from .rules import PinnedMultinomial
+from .step_info import StepInfo, step_info
+from .steps import StepLimitError, run_population
 
 __all__ = [
     "Trajectory",
     "CSMCResult",
     "ParticleGibbsChain",
-    "ConditionalStep",
+    "ConditionalSMC",
     "csmc_standard",
     "particle_gibbs",
 ]
@@ -121,21 +124,22 @@ class CSMCResult(SMCResult):
     trajectories: list[Trajectory] = field(default_factory=list)
 
 
-class ConditionalStep:
+class ConditionalSMC(Engine):
     """The conditional SMC engine for :func:`~llamppl.inference.steps.run_population`.
 
-    ``start(particles)`` runs every ``start`` hook and ``await step(particles, t)``
-    returns ``(particles, StepInfo)`` like ``smc_standard_step``: extend every live
-    particle (slot 0 forced to the reference's choices x*_t, the others sampled and
-    recorded), reweight, and resample when ESS < ``ess_threshold · N`` with
-    A_t^0 = 0 and A_t^{1..N-1} i.i.d. ∝ w_t (ADH 2010, §4.3). ``paths[i]`` is slot
-    i's :class:`Trajectory`, kept aligned with the population.
+    ``start(particles)`` runs every ``start`` hook and ``await step(particles, t, rng)``
+    returns ``(particles, StepInfo)``: extend every live particle (slot 0 forced to the
+    reference's choices x*_t, the others sampled and recorded), reweight, and resample by
+    the :class:`~llamppl.inference.rules.PinnedMultinomial` rule (A_t^0 = 0 and
+    A_t^{1..N-1} i.i.d. ∝ w_t; ADH 2010, §4.3). ``paths[i]`` is slot i's
+    :class:`Trajectory`, kept aligned with the population.
     """
 
-    def __init__(
-        self, reference: Trajectory | None, ess_threshold: float, rng: np.random.Generator
-    ) -> None:
-        self.reference, self.ess_threshold, self.rng = reference, ess_threshold, rng
+    name = "csmc_standard"
+
+    def __init__(self, reference: Trajectory | None, ess_threshold: float) -> None:
+        self.reference = reference
+        self.rule = PinnedMultinomial(ess_threshold, pinned=reference is not None)
         self.paths: list[Trajectory] = []
 
     async def _run_hook(self, particles: list[Model], hook: str, t: int) -> None:
@@ -169,26 +173,23 @@ class ConditionalStep:
                 )
             self.paths[i] = self.paths[i].extended(c.values)
 
-    async def start(self, particles: list[Model]) -> None:
+    async def start(self, particles: list[Model]) -> list[Model]:
         self.paths = [Trajectory() for _ in particles]
         await self._run_hook(particles, "run_start", 0)
+        return particles
 
-    async def step(self, particles: list[Model], t: int) -> tuple[list[Model], StepInfo]:
-        n, rng = len(particles), self.rng
+    async def step(
+        self, particles: list[Model], t: int, rng: np.random.Generator
+    ) -> tuple[list[Model], StepInfo]:
         await self._run_hook(particles, "run_step", t)  # extend: x*_t in slot 0, M_t elsewhere
         w = log_weights(particles)  # reweight: G_t already folded in by the primitives
-        log_ml, step_ess, ancestors = logmeanexp(w), ess(w), None
-        before = tuple(particles)
-        live = any(not p.done_stepping() for p in particles)
-        if live and log_ml > -np.inf and step_ess < self.ess_threshold * n:  # maybe resample
-            free = rng.choice(n, size=n - 1, p=normalize(w)) if n > 1 else []
-            pinned = [0] if self.reference is not None else [int(rng.choice(n, p=normalize(w)))]
-            ancestors = np.asarray(pinned + list(free), dtype=np.int64)
-            particles = resample_population(particles, ancestors, log_ml)
+        population, ancestors = particles, None
+        if any(not p.done_stepping() for p in particles):
+            ancestors = self.rule.ancestors(w, rng)  # maybe resample
+        if ancestors is not None:
+            particles = resample_population(particles, ancestors, logmeanexp(w))
             self.paths = [self.paths[a] for a in ancestors.tolist()]
-        n_live = sum(not p.done_stepping() for p in particles)
-        info = StepInfo(t, step_ess, ancestors is not None, ancestors, log_ml, n_live, w, before)
-        return particles, info
+        return particles, step_info(t, w, population, survivors=particles, ancestors=ancestors)
 
     def result(self, res: SMCResult) -> CSMCResult:
         """``res`` with each final particle's path (and the paths remembered for ``reference=particle``)."""
@@ -238,7 +239,8 @@ async def csmc_standard(
         records every path: the usual first iteration of particle Gibbs).
     ess_threshold : float
         Resample when ESS < ``ess_threshold · N`` (a symmetric function of the weights, so
-        the conditional construction holds); 1.0, the default, resamples at every step.
+        the conditional construction holds); 1.0, the default, resamples at every step; 0
+        never resamples (conditional importance sampling).
     seed : int | numpy.random.Generator | None
         Fixes every random choice of the run.
     progress : bool | None
@@ -258,38 +260,37 @@ async def csmc_standard(
     """
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
-    threshold = check_unit_interval("ess_threshold", ess_threshold)
-    ref = _as_trajectory(reference)
-    limit = check_max_steps(max_steps)
-    target = record_target(record=record)
-    rng = make_rng(seed)
-    engine = ConditionalStep(ref, threshold, rng)
+    options = run_options(seed=seed, progress=progress, record=record, max_steps=max_steps)
+    return await _conditional_run(model, n, _as_trajectory(reference), ess_threshold, options)
+
+
+async def _conditional_run(
+    model: Model,
+    n: int,
+    reference: Trajectory | None,
+    ess_threshold: float,
+    options: RunOptions,
+) -> CSMCResult:
+    """One conditional SMC run (``csmc_standard`` after its checks; a particle Gibbs iteration)."""
+    engine = ConditionalSMC(reference, ess_threshold)
     try:
-        res = await run_population(
-            "csmc_standard",
-            model,
-            n,
-            engine.step,
-            rng=rng,
-            progress=progress,
-            record=target,
-            max_steps=limit,
-            start=engine.start,
-        )
+        res = await run_population(model, n, engine, options)
     except StepLimitError as error:
         error.result = engine.result(error.result)
         raise
-    if ref is not None and engine.paths[0] != ref:
+    if reference is not None and engine.paths[0] != reference:
         raise ValueError("reference: the program finished before the reference path ended")
     return engine.result(res)
 
 
 @dataclass
 class ParticleGibbsChain:
-    """The particle-Gibbs chain: one state (particle and its path) per iteration."""
+    """The particle-Gibbs chain: one state (particle and its path) per iteration, and each
+    iteration's run record when the chain ran with ``record=``."""
 
     particles: list[Model]
     trajectories: list[Trajectory]
+    records: list[dict[str, Any]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.particles)
@@ -314,31 +315,56 @@ async def particle_gibbs(
     n_iterations: int,
     reference: Trajectory | Model | None = None,
     ess_threshold: float = 1.0,
-    *,
-    seed: int | np.random.Generator | None = None,
+    **run: Any,
 ) -> ParticleGibbsChain:
     """Particle Gibbs (ADH 2010, §4.3): iterate ``csmc_standard``, each time pinning the
     previous state, and keep the particle K ∝ w_T^K drawn from each run.
 
     Without a ``reference`` the first run is unconditional. The chain's states have
     the exact posterior as their stationary law (Theorem 5 of ADH 2010); discard a
-    burn-in as for any MCMC chain.
+    burn-in as for any MCMC chain. ``ess_threshold = 0`` never resamples inside a run:
+    each iteration is then conditional importance sampling, still a valid kernel.
+
+    ``**run`` are the run options (:mod:`llamppl.inference.options`): ``seed`` fixes the
+    whole chain; ``progress`` shows one bar over the iterations; ``max_steps`` bounds each
+    run; ``record=True`` keeps every iteration's run record on ``chain.records`` (a path
+    also writes the last iteration's record there, for the viewer).
     """
+    check_model(model)
+    n = check_positive_int("n_particles", n_particles)
     n_iterations = check_positive_int("n_iterations", n_iterations)
-    rng = make_rng(seed)
+    options = options_from("particle_gibbs", run)
+    rng = options.rng
     ref = _as_trajectory(reference)
+    per_run = RunOptions(
+        rng=rng,
+        progress=False,
+        record=None if options.record is None else RecordTarget(),
+        max_steps=options.max_steps,
+    )
     states: list[Model] = []
     paths: list[Trajectory] = []
-    for _ in range(n_iterations):
-        res = await csmc_standard(model, n_particles, ref, ess_threshold, seed=rng)
-        w = res.weights
-        if not w.sum() > 0:
-            raise ValueError(
-                "particle_gibbs: every particle of the unconditional first run has weight zero; "
-                "give a reference path or more particles"
-            )
-        k = int(rng.choice(len(w), p=w / w.sum()))
-        ref = res.trajectories[k]
-        states.append(res.particles[k])
-        paths.append(ref)
-    return ParticleGibbsChain(states, paths)
+    records: list[dict[str, Any]] = []
+    bar = Progress(options.progress, "particle_gibbs", unit="iteration")
+    try:
+        for _ in range(n_iterations):
+            res = await _conditional_run(model, n, ref, ess_threshold, per_run)
+            w = res.weights
+            if not w.sum() > 0:
+                raise ValueError(
+                    "particle_gibbs: every particle of the unconditional first run has weight "
+                    "zero; give a reference path or more particles"
+                )
+            k = int(rng.choice(len(w), p=w / w.sum()))
+            ref = res.trajectories[k]
+            states.append(res.particles[k])
+            paths.append(ref)
+            if res.record is not None:
+                records.append(res.record)
+            bar.update(ess=f"{res.ess:.1f}")
+    finally:
+        bar.close()
+    if options.record is not None:
+        for path in options.record.paths:
+            write_json(records[-1], path)
+    return ParticleGibbsChain(states, paths, records)

@@ -7,8 +7,10 @@ beyond the list, the replay stops and branches on every value of positive
 probability under the proposal. A path that picks v for ``sample(p, q)``
 contributes q(v) · p(v)/q(v) = p(v) (so its weight gains log p(v));
 observations, conditions and twists score as usual. Identical states are
-merged after every step. This is the oracle the tests compare every sampler
-against::
+merged after every step. The search is an engine (:class:`Enumeration`) run by the
+shared loop, with one slot: its population is every distinct path, weighted by its
+exact probability, so ``log_ml = log Σ_i w_i`` is log Z. This is the oracle the
+tests compare every sampler against::
 
     exact = await enumerate_exact(model)
     exact.log_ml, exact.posterior
@@ -27,10 +29,14 @@ from llamppl.modeling import Model
 from llamppl.validation import check_positive_int
 from llamppl.weights import logsumexp
 
-from .particles import LMCounters, check_model, log_weights, merge_duplicates
-from .result import SMCResult, StepInfo
+from .engine import Engine
+from .options import RunOptions
+from .particles import check_model, log_weights, merge_duplicates
+from .result import SMCResult
+from .step_info import StepInfo, step_info
+from .steps import StepLimitError, run_population
 
-__all__ = ["enumerate_exact"]
+__all__ = ["enumerate_exact", "Enumeration"]
 
 
 class _Branch(BaseException):
@@ -77,6 +83,31 @@ async def _expand(particle: Model, hook: str) -> list[Model]:
     return children
 
 
+def _settle(paths: list[Model]) -> list[Model]:
+    """Merge identical paths; drop finished paths of weight zero (they add nothing to Z)."""
+    return [p for p in merge_duplicates(paths) if not (p.done_stepping() and p.weight == -math.inf)]
+
+
+class Enumeration(Engine):
+    """Exact enumeration as an engine: each step expands every unfinished path on every
+    value of its choices (finished paths are carried), then merges identical states."""
+
+    name = "enumerate_exact"
+
+    async def start(self, particles: list[Model]) -> list[Model]:
+        children = [c for p in particles for c in await _expand(p, "run_start")]
+        return _settle(children)
+
+    async def step(
+        self, particles: list[Model], t: int, rng: np.random.Generator
+    ) -> tuple[list[Model], StepInfo]:
+        paths: list[Model] = []
+        for p in particles:
+            paths += [p] if p.done_stepping() else await _expand(p, "run_step")
+        paths = _settle(paths)
+        return paths, step_info(t, log_weights(paths), paths, n_slots=1)
+
+
 async def enumerate_exact(model: Model, max_steps: int | None = None) -> SMCResult:
     """Exact posterior over final particles and exact ``log_ml = log Z``.
 
@@ -87,39 +118,17 @@ async def enumerate_exact(model: Model, max_steps: int | None = None) -> SMCResu
     check_model(model)
     if max_steps is not None:
         max_steps = check_positive_int("max_steps", max_steps)
-    counters = LMCounters(model)
-    root = model.clone()
-    frontier = [c for c in await _expand(root, "run_start")]
-    finals: list[Model] = []
-    history: list[StepInfo] = []
-    t = 0
-    while True:
-        frontier = merge_duplicates(frontier)
-        finals += [p for p in frontier if p.done_stepping() and p.weight > -math.inf]
-        frontier = [p for p in frontier if not p.done_stepping()]
-        if not frontier:
-            break
-        if max_steps is not None and t >= max_steps:
-            mass = math.exp(logsumexp(log_weights(frontier)))
-            warnings.warn(
-                f"enumerate_exact stopped after max_steps={max_steps}; {len(frontier)} unfinished paths (mass {mass:.3g}) kept as final",
-                stacklevel=2,
-            )
-            finals += frontier
-            break
-        new: list[Model] = []
-        for p in frontier:
-            new += await _expand(p, "run_step")
-        frontier = new
-        t += 1
-        history.append(StepInfo(t, float("nan"), False, None, float("nan"), len(frontier)))
-    finals = merge_duplicates(finals)
-    w = log_weights(finals) if finals else np.zeros(0)
-    return SMCResult(
-        finals,
-        w,
-        logsumexp(w),
-        history,
-        counters.finish(steps=t, paths=len(finals)),
-        "enumerate_exact",
-    )
+    options = RunOptions(rng=np.random.default_rng(0), progress=False, max_steps=max_steps)
+    try:
+        result = await run_population(model, 1, Enumeration(), options)
+    except StepLimitError as stopped:
+        result = stopped.result
+        live = [p for p in result.particles if not p.done_stepping()]
+        mass = math.exp(logsumexp(log_weights(live)))
+        warnings.warn(
+            f"enumerate_exact stopped after max_steps={max_steps}; {len(live)} unfinished "
+            f"paths (mass {mass:.3g}) kept as final",
+            stacklevel=2,
+        )
+    result.stats["paths"] = len(result.particles)
+    return result

@@ -1,19 +1,24 @@
-"""Shared machinery of the inference loops: argument checks, stepping a population
-concurrently (so one step's LM requests become one batch), progress and LM counters.
+"""Operations on a population of particles, shared by the engines.
+
+Checking a program (:func:`check_model`), running every particle's hook
+concurrently so that one step's LM requests become one batch (:func:`start_all`,
+:func:`step_all`), reading the log weights (:func:`log_weights`, NaN refused),
+merging identical particles (:func:`merge_counted`) and building the resampled
+population (:func:`resample_population`)::
+
+    await step_all(particles)
+    w = log_weights(particles)                       # (N,) float64
+    particles = resample_population(particles, ancestors, logmeanexp(w))
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import os
-import sys
-import time
 from collections.abc import Iterable
 
 import numpy as np
 
-from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.weights import check_no_nan, logsumexp
 
@@ -24,8 +29,7 @@ __all__ = [
     "log_weights",
     "merge_duplicates",
     "merge_counted",
-    "Progress",
-    "LMCounters",
+    "resample_population",
 ]
 
 
@@ -97,71 +101,15 @@ def merge_duplicates(particles: list[Model]) -> list[Model]:
     return merge_counted(particles, [1] * len(particles))[0]
 
 
-class Progress:
-    """tqdm bar over inference steps; on when stderr is a TTY (or ``enabled=True``), off with LLAMPPL_PROGRESS=0."""
-
-    def __init__(self, enabled: bool | None, desc: str) -> None:
-        if enabled is None:
-            enabled = sys.stderr.isatty() and os.environ.get("LLAMPPL_PROGRESS", "1") != "0"
-        self.bar = None
-        if enabled:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(desc=desc, unit="step", leave=True)
-
-    def update(self, **postfix: object) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(postfix, refresh=False)
-
-    def observe(self, info) -> None:
-        """Advance by one engine step (an observer of the loop): shows its ESS and live particles."""
-        self.update(ess=f"{info.ess:.1f}", live=info.n_live)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-class LMCounters:
-    """Snapshot of the work counters of every LM a model refers to, to report a run's LM work."""
-
-    FIELDS = ("batch_calls", "forward_calls", "tokens_run", "cache_hits")
-
-    def __init__(self, model: Model) -> None:
-        self.lms = _find_lms(model)
-        self.t0 = time.perf_counter()
-        self.start = [self._read(lm) for lm in self.lms]
-
-    @classmethod
-    def _read(cls, lm: LanguageModel) -> dict[str, int]:
-        return {f: getattr(lm.stats, f) for f in cls.FIELDS}
-
-    def finish(self, **extra: object) -> dict[str, object]:
-        stats: dict[str, object] = {"time_s": time.perf_counter() - self.t0, **extra}
-        for lm, before in zip(self.lms, self.start):
-            now = self._read(lm)
-            for k, v in now.items():
-                stats[k] = stats.get(k, 0) + v - before[k]
-        return stats
-
-
-def _find_lms(model: Model) -> list[LanguageModel]:
-    found: dict[int, LanguageModel] = {}
-
-    def visit(obj: object, depth: int) -> None:
-        if isinstance(obj, LanguageModel):
-            found[id(obj)] = obj
-        elif depth < 3:
-            if isinstance(obj, (list, tuple)):
-                for o in obj:
-                    visit(o, depth + 1)
-            elif isinstance(obj, dict):
-                for o in obj.values():
-                    visit(o, depth + 1)
-            elif hasattr(obj, "__dict__") and not isinstance(obj, type):
-                for o in vars(obj).values():
-                    visit(o, depth + 1)
-
-    visit(model, 0)
-    return list(found.values())
+def resample_population(
+    particles: list[Model], ancestors: np.ndarray, log_weight: float
+) -> list[Model]:
+    """New population ``particles[a]`` for each ancestor; repeats are clones. Every weight becomes ``log_weight``."""
+    used: set[int] = set()
+    out = []
+    for a in ancestors.tolist():
+        p = particles[a].clone() if a in used else particles[a]
+        used.add(a)
+        p.weight = log_weight
+        out.append(p)
+    return out

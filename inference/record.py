@@ -38,7 +38,7 @@ run's *record target* (:class:`RecordTarget`: keep it on the result, and the
 files to write), resolved once from ``record=`` / ``json_file=`` /
 ``visualization_dir=`` by :func:`record_target`, which checks every path before
 the run starts (a path that cannot be written fails then, not after the run).
-A history entry is a :class:`~llamppl.inference.result.StepInfo`, which the
+A history entry is a :class:`~llamppl.inference.step_info.StepInfo`, which the
 recorder observes (:meth:`RunRecorder.observe`).
 """
 
@@ -58,7 +58,7 @@ import numpy as np
 from llamppl.modeling import Model
 
 if TYPE_CHECKING:
-    from .result import StepInfo
+    from .step_info import StepInfo
 
 __all__ = [
     "RunRecord",

@@ -17,7 +17,7 @@ import math
 import os
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,39 +28,9 @@ from llamppl.rng import make_rng
 from llamppl.weights import ess, normalize
 
 from .record import RunRecord, write_json
+from .step_info import StepInfo
 
 __all__ = ["SMCResult", "StepInfo", "StepRecord"]
-
-
-@dataclass(frozen=True)
-class StepInfo:
-    """What one engine step did (one entry of ``SMCResult.history``).
-
-    ``ess`` is measured after reweighting and before resampling; ``ancestors``
-    (indices into this step's population ``particles``, or the kept candidates for
-    ``smc_steer``) is None when no resampling happened; ``log_ml`` is the running
-    log Ẑ; ``n_live`` counts particles still stepping after the step.
-
-    The remaining fields feed the run record and are not shown: ``log_weights``
-    of ``particles`` (this step's population after reweighting, before
-    resampling) and ``origins`` (for each of them, the index of the particle at the
-    start of the step it was extended from; None when it is the same index). The
-    history keeps the summary without ``particles`` (:meth:`summary`).
-    """
-
-    step: int
-    ess: float
-    resampled: bool
-    ancestors: np.ndarray | None
-    log_ml: float
-    n_live: int
-    log_weights: np.ndarray | None = field(default=None, repr=False, compare=False)
-    particles: tuple[Model, ...] | None = field(default=None, repr=False, compare=False)
-    origins: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
-
-    def summary(self) -> StepInfo:
-        """This info without the population (what ``SMCResult.history`` keeps: no particle stays alive)."""
-        return replace(self, particles=None, origins=None)
 
 
 StepRecord = StepInfo  # earlier name, kept importable

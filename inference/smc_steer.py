@@ -7,7 +7,7 @@ with their weight); the candidates are down-sampled to N without replacement
 
     extend → reweight (merge identical candidates) → down-sample → StepInfo
 
-(:class:`SteerStep`; the shared loop of :mod:`llamppl.inference.steps` derives the
+(the :class:`Steering` engine; the shared loop of :mod:`llamppl.inference.steps` derives the
 history, the run record and the progress bar from each ``StepInfo``.)
 
 Unbiasedness of the down-sampling. Write ŵ_j for the candidates' weights and
@@ -53,16 +53,17 @@ import os
 import numpy as np
 
 from llamppl.modeling import Model
-from llamppl.rng import make_rng
 from llamppl.validation import check_positive_int
-from llamppl.weights import ess, logsumexp
+from llamppl.weights import logsumexp
 
+from .engine import Engine
+from .options import DEFAULT_MAX_STEPS, run_options
 from .particles import check_model, log_weights, merge_counted, step_all
-from .record import record_target
-from .result import SMCResult, StepInfo
-from .steps import DEFAULT_MAX_STEPS, check_max_steps, run_population
+from .result import SMCResult
+from .step_info import StepInfo, step_info
+from .steps import run_population
 
-__all__ = ["smc_steer", "SteerStep", "steer_downsample", "allocate_slots"]
+__all__ = ["smc_steer", "Steering", "steer_downsample", "allocate_slots"]
 
 
 def steer_downsample(
@@ -124,19 +125,24 @@ def allocate_slots(
     return slots
 
 
-class SteerStep:
-    """One step of SMC steering: ``(particles, t) -> (particles, StepInfo)`` (see the module docstring).
+class Steering(Engine):
+    """The SMC steering engine (see the module docstring): N slots, K extensions per slot.
 
-    Holds what the loop carries between steps besides the particles: ``slots``
-    (how many of the N slots each particle fills) and ``proposals`` (extensions made).
+    Carries between steps what the population does not: ``slots`` (how many of the N
+    slots each particle fills) and ``proposals`` (extensions made).
     """
 
-    def __init__(self, n: int, n_beam: int, rng: np.random.Generator) -> None:
-        self.n, self.k, self.rng = n, n_beam, rng
+    name = "smc_steer"
+
+    def __init__(self, n: int, n_beam: int) -> None:
+        self.n, self.k = n, n_beam
+        self.population_factor = n_beam
         self.slots: list[int] | None = None
         self.proposals = 0
 
-    async def __call__(self, particles: list[Model], t: int) -> tuple[list[Model], StepInfo]:
+    async def step(
+        self, particles: list[Model], t: int, rng: np.random.Generator
+    ) -> tuple[list[Model], StepInfo]:
         n, k = self.n, self.k
         if self.slots is None:  # step one: the N clones are one state filling N slots
             particles, self.slots = merge_counted(particles, [1] * len(particles))
@@ -157,25 +163,26 @@ class SteerStep:
         candidates, counts = merge_counted(candidates, [1] * len(candidates))
         w = log_weights(candidates)
         # down-sample to at most N distinct candidates, then share out the N slots
-        keep, new_w = steer_downsample(w, n, self.rng)
+        keep, new_w = steer_downsample(w, n, rng)
         particles = [candidates[i] for i in keep.tolist()]
         for p, lw in zip(particles, new_w.tolist()):
             p.weight = lw
         live = [not p.done_stepping() for p in particles]
         self.slots = allocate_slots(new_w, [counts[i] for i in keep.tolist()], live, n)
         resampled = len(candidates) > len(keep)
-        info = StepInfo(
+        info = step_info(
             t,
-            ess(w),
-            resampled,
-            keep if resampled else None,
-            logsumexp(w) - math.log(n),
-            sum(live),
             w,
-            tuple(candidates),
-            tuple(origin[id(c)] for c in candidates),
+            candidates,
+            survivors=particles,
+            ancestors=keep if resampled else None,
+            n_slots=n,
+            origins=[origin[id(c)] for c in candidates],
         )
         return particles, info
+
+    def stats(self) -> dict[str, int]:
+        return {"n_beam": self.k, "proposals": self.proposals}
 
 
 async def smc_steer(
@@ -206,19 +213,12 @@ async def smc_steer(
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
     k = check_positive_int("n_beam", n_beam)
-    limit = check_max_steps(max_steps)
-    target = record_target(json_file, visualization_dir, record)
-    rng = make_rng(seed)
-    one_step = SteerStep(n, k, rng)
-    return await run_population(
-        "smc_steer",
-        model,
-        n,
-        one_step,
-        rng=rng,
+    options = run_options(
+        seed=seed,
         progress=progress,
-        record=target,
-        max_steps=limit,
-        population_factor=k,
-        extra_stats=lambda: {"n_beam": k, "proposals": one_step.proposals},
+        record=record,
+        max_steps=max_steps,
+        json_file=json_file,
+        visualization_dir=visualization_dir,
     )
+    return await run_population(model, n, Steering(n, k), options)

@@ -22,7 +22,8 @@ import torch
 from .distributions import Distribution, token_support
 from .lm.base import LanguageModel, validate_token_ids
 from .rng import current_rng
-from .token import Token, gather_row, row_masses, sample_row
+from .row_sampling import gather_row, row_masses, sample_row
+from .token import Token
 
 __all__ = ["LMContext", "LMNextToken", "LMTokenMask", "ContextLogprobs"]
 

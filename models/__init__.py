@@ -10,12 +10,13 @@ of the ``llamppl.decoding`` modules, so code written against them keeps working.
 import importlib as _importlib
 import sys as _sys
 
-from llamppl.decoding.constraints import Constraint, banned_words, max_word_length, regex_prefix
+from llamppl.decoding.constraints import Constraint
 from llamppl.decoding.grammar_engine import Grammar, make_grammar
 from llamppl.decoding.grammar_logits import GrammarLogitsProcessor
 from llamppl.decoding.power_law import PRESETS as POWER_LAW_PRESETS
 from llamppl.decoding.power_law import PowerLawDraw, PowerLawSampler
 from llamppl.decoding.power_law_proposal import PowerLawProposal, power_law_history
+from llamppl.decoding.text_constraints import banned_words, max_word_length, regex_prefix
 
 from .drafts import draft_from_layers, skip_middle_draft, truncated_draft
 from .generation import Generation

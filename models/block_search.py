@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from llamppl.lm.base import LanguageModel
-from llamppl.token import sample_index
+from llamppl.row_sampling import sample_index
 from llamppl.validation import is_real
 
 __all__ = [

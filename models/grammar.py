@@ -31,12 +31,18 @@ unknown keywords and formats ignored; :mod:`llamppl.decoding.grammar_compile`), 
 language L' is a superset of the valid texts, the target is still
 P(y) ∝ p(y EOS | x) 1_{L'}(y) 1_valid(y) — the LM conditioned on validity (within the
 engine's canonical serialization: compact by default, properties in schema order). The mask 1_C(s w) over the whole vocabulary comes from llguidance; EOS is
-allowed exactly when the matcher accepts. The masks of all particles in a step
-are computed and applied together by
-:class:`~llamppl.decoding.grammar_engine.MaskBatcher` (one llguidance call, one
+allowed exactly when the matcher accepts and the final check passes (the complete
+check of :class:`~llamppl.decoding.grammar_compile.Grammar`). The masks of all
+particles in a step are computed and applied together (one llguidance call, one
 multiplication of the ``(N, V)`` probabilities by the ``(N, V)`` 0/1 masks), and
-:class:`MaskedNextToken` draws from the result — the batched counterpart of
-:meth:`llamppl.LMContext.mask_dist` followed by ``next_token()``.
+:class:`~llamppl.models.constrained_tokens.MaskedNextToken` draws from the result.
+
+``GrammarConstraint`` is :class:`~llamppl.models.HardConstraint` with a grammar as
+its constraint (the same program: proposals, endings, time bound); ``predicate=``
+adds a Python check on the text, for example on the values of a JSON object
+(``grammar & predicate``, checked lazily on the tokens drawn). A text cut at
+``max_tokens`` gets weight zero by default (``truncated="drop"``: the target is the
+LM's own EOS-terminated outputs).
 
 *Local masking* (the mask proposal without G'_t — what Outlines, XGrammar, vLLM
 and HF ``generate`` with :class:`~llamppl.models.GrammarLogitsProcessor` do)
@@ -54,35 +60,24 @@ with enough particles, gives the exact conditional::
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from llamppl.context import LMContext
 from llamppl.decoding.grammar_compile import MAX_ARRAY_ITEMS, MAX_DECIMALS, MAX_STRING_LENGTH
-from llamppl.decoding.grammar_engine import (
-    Grammar,
-    MatcherState,
-    allowed_masks,
-    forced_token,
-    make_grammar,
-    mask_batcher,
-)
-from llamppl.distributions import Distribution
+from llamppl.decoding.grammar_engine import Grammar, MatcherState, allowed_masks, make_grammar
+from llamppl.decoding.schema_budget import JSONBudget
+from llamppl.decoding.time_bound import DEFAULT_CHECK_TIMEOUT
 from llamppl.lm.base import LanguageModel
-from llamppl.modeling import Model
-from llamppl.rng import current_rng
-from llamppl.token import Token
-from llamppl.validation import check_positive_int
+
+from .constrained_tokens import MaskedNextToken
+from .hard_constraints import HardConstraint
 
 __all__ = ["GrammarConstraint", "MaskedNextToken"]
 
-PROPOSALS = ("mask", "sample")
 _WARNED: set[str] = set()
 
 
@@ -109,7 +104,7 @@ def _probe_engine_limits(state: MatcherState, first: torch.Tensor, eos: int) -> 
         )
 
 
-class GrammarConstraint(Model):
+class GrammarConstraint(HardConstraint):
     """LM continuation of ``prompt`` conditioned on lying in a grammar's language.
 
     Parameters
@@ -125,29 +120,25 @@ class GrammarConstraint(Model):
         Regular expression the whole output must match.
     lark : str, optional
         Lark grammar (llguidance dialect, rule ``start``).
-    proposal : {"mask", "sample"}
-        Feynman–Kac formulation (module docstring); same posterior, same Z.
+    predicate : Constraint | Callable[[str], bool], optional
+        A further constraint on the text (``grammar & predicate``).
+    proposal : {"auto", "mask", "lazy", "sample"}
+        Feynman–Kac formulation (:class:`~llamppl.models.HardConstraint`); same posterior,
+        same Z. ``"auto"``: the mask, or the lazy draw when ``predicate`` has no cheap mask.
     max_tokens : int | None
-        Token budget, EOS included; a particle without EOS by then gets weight zero.
-    whitespace : {"compact", "flexible"}
-        For ``json_schema``: no whitespace between JSON tokens (default), or JSON's
-        free whitespace.
-    max_string_length : int | None
-        For ``json_schema``: the size budget, characters per free string (default
-        32, part of the target; :mod:`llamppl.decoding.schema_budget`); None: unbounded.
-    max_array_items : int | None
-        For ``json_schema``: items per free array (default 4, same size budget).
-    closed_objects : bool
-        For ``json_schema``: objects that list ``properties`` get only those keys, and a
-        map's keys at most ``max_string_length`` characters (default True, same size
-        budget; :mod:`llamppl.decoding.schema_budget`); False: open objects.
-    max_decimals : int | None
-        For ``json_schema``: decimals per free number, and fewer than 16 integer digits
-        where a number has no bound (default 6, same size budget); None: unbounded.
+        Token budget, EOS included; a particle without EOS by then gets weight zero
+        (``truncated="drop"``, the default; see :class:`~llamppl.models.HardConstraint`).
+    whitespace, max_string_length, max_array_items, closed_objects, max_decimals
+        For ``json_schema``: the JSON budget (:class:`~llamppl.decoding.schema_budget.JSONBudget`:
+        compact whitespace, 32 characters per free string, 4 items per free array,
+        closed objects, 6 decimals per free number; part of the target).
+    budget : JSONBudget | None
+        For ``json_schema``: the five settings above as one value; give it or the keywords.
     fast_forward : bool
-        With ``proposal="mask"``: take a token the grammar allows alone without a
-        forward pass of its own (default True; see "Forced tokens" below). Same
-        target, same weights; fewer forward passes.
+        Take a token the grammar allows alone without a forward pass of its own
+        (default True; see "Forced tokens" below). Same target, same weights.
+    stop, truncated, check_timeout
+        As for :class:`~llamppl.models.HardConstraint` (here ``truncated="drop"``).
 
     Forced tokens
     -------------
@@ -164,13 +155,14 @@ class GrammarConstraint(Model):
     Attributes
     ----------
     context : LMContext
+    grammar : Grammar
     matcher : MatcherState
         The particle's grammar state (cloned with the particle).
     forced : int
         Tokens this particle took as forced tokens (no draw, no forward of their own).
     failure : str | None
-        Why the particle got weight zero: ``"budget"``, ``"schema check: ..."``,
-        ``"grammar engine: ..."``, ``"dead end: ..."`` (None while alive).
+        Why the particle got weight zero: ``"token limit"``, ``"schema check: ..."``,
+        ``"grammar engine: ..."``, ``"no allowed token"``, ... (None while alive).
 
     Raises
     ------
@@ -178,6 +170,8 @@ class GrammarConstraint(Model):
         For a grammar llguidance cannot compile (even relaxed, for JSON Schemas), or
         one that exceeds its limits at the first token (``_probe_engine_limits``).
     """
+
+    constraint_noun = "grammar"
 
     def __init__(
         self,
@@ -188,20 +182,20 @@ class GrammarConstraint(Model):
         json_schema: Any = None,
         regex: str | None = None,
         lark: str | None = None,
-        proposal: str = "mask",
+        predicate: Any = None,
+        proposal: str = "auto",
         max_tokens: int | None = 64,
         whitespace: str = "compact",
         max_string_length: int | None = MAX_STRING_LENGTH,
         max_array_items: int | None = MAX_ARRAY_ITEMS,
         closed_objects: bool = True,
         max_decimals: int | None = MAX_DECIMALS,
+        budget: JSONBudget | None = None,
         fast_forward: bool = True,
+        stop: str = "eos",
+        truncated: str = "drop",
+        check_timeout: float | None = DEFAULT_CHECK_TIMEOUT,
     ) -> None:
-        super().__init__()
-        if not isinstance(fast_forward, bool):
-            raise TypeError(f"fast_forward must be a bool, got {type(fast_forward).__name__}")
-        if proposal not in PROPOSALS:
-            raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
         self.grammar = make_grammar(
             grammar,
             json_schema=json_schema,
@@ -212,17 +206,20 @@ class GrammarConstraint(Model):
             max_array_items=max_array_items,
             closed_objects=closed_objects,
             max_decimals=max_decimals,
+            budget=budget,
         )
-        self.max_tokens = (
-            None if max_tokens is None else check_positive_int("max_tokens", max_tokens)
+        constraint = self.grammar if predicate is None else self.grammar & predicate
+        super().__init__(
+            lm,
+            prompt,
+            constraint,
+            proposal,
+            max_tokens,
+            stop=stop,
+            truncated=truncated,
+            check_timeout=check_timeout,
+            fast_forward=fast_forward,
         )
-        self.proposal = proposal
-        self.fast_forward = fast_forward
-        self.forced = 0
-        self.context = LMContext(lm, prompt)
-        self.matcher = MatcherState(lm, self.grammar)
-        self.failure: str | None = None
-        self._batcher = mask_batcher(lm)
         first = allowed_masks(lm, [self.matcher])[0]  # (V,) bool
         if not bool(first.any()):
             warnings.warn(
@@ -233,141 +230,24 @@ class GrammarConstraint(Model):
         else:
             _probe_engine_limits(self.matcher, first, lm.eos_token_id)
 
-    async def step(self) -> None:
-        ctx = self.context
-        lm = ctx.lm
-        if self.proposal == "mask":
-            forced = self._forced_chain() if self.fast_forward else []
-            if forced is None:
-                return  # the engine failed on a forced token
-            # all k + 1 distributions along s f_1 … f_k in one batched round (trie: one forward)
-            paths = [ctx.tokens + forced[:i] for i in range(len(forced) + 1)]
-            *before, log_probs = await asyncio.gather(*(lm.next_token_logprobs(p) for p in paths))
-            if forced:
-                self.score(sum(float(lp[f]) for lp, f in zip(before, forced)))  # singleton G'
-                for f in forced:
-                    ctx.extend(f)
-                self.forced += len(forced)
-            last = self.max_tokens is not None and len(ctx.generated) + 1 >= self.max_tokens
-            # batched over the step's particles: q = p · 1_C(s w) (EOS iff accepting), G'_t = Σ q
-            q, log_mass = await self._batcher.apply(self.matcher, log_probs, final=last)
-            if log_mass == -math.inf:  # no allowed token: budget reached unfinished, or dead end
-                self._die("budget" if last else "dead end: the grammar allows no token here")
-                return
-            self.score(log_mass)  # G'_t = allowed mass
-            token = await self.sample(MaskedNextToken(ctx, q, log_mass))  # M'_t = q / G'_t
-            if token == lm.eos_token_id:
-                self._end()
-            elif not self.matcher.consume(int(token)):
-                self._die_in_engine(int(token))
-            return
-        last = self.max_tokens is not None and len(ctx.generated) + 1 >= self.max_tokens
-        token = await self.sample(ctx.next_token())  # M_t = p
-        if token == lm.eos_token_id:
-            if not self.matcher.accepting:  # G_t = 1_L(s)
-                self._die("EOS before the grammar accepts")
-            else:
-                self._end()
-        elif last:
-            self._die("budget")
-        elif not self.matcher.allows(int(token)):  # G_t = 1_C(s w)
-            self._die("token outside the grammar")
-        elif not self.matcher.consume(int(token)):
-            self._die_in_engine(int(token))
-
-    def _forced_chain(self) -> list[int] | None:
-        """Consume the tokens the grammar allows alone from here (class docstring, "Forced tokens").
-
-        A token is forced when the mask allows exactly it and not EOS
-        (:func:`~llamppl.decoding.grammar_engine.forced_token`). None if the engine
-        failed on one (the particle is dead).
-        """
-        forced: list[int] = []
-        state = self.matcher
-        room = None if self.max_tokens is None else self.max_tokens - len(self.context.generated)
-        while room is None or len(forced) + 1 < room:
-            token = forced_token(state)
-            if token is None:
-                break
-            forced.append(token)
-            if not state.consume(token):
-                self._die_in_engine(token)
-                return None
-        return forced
-
-    def _end(self) -> None:
-        """EOS after an accepted text: the final potential 1_valid(y) for JSON Schemas."""
-        check = self.grammar.check
-        if check is not None and not check(self.text):
-            self._die(f"schema check: {check.last_error}")
-        self.finish()
+    @property
+    def matcher(self) -> MatcherState:
+        """The particle's grammar matcher (part of the constraint's state)."""
+        if self.constraint is self.grammar:
+            return self.state
+        return self.state[self.constraint.parts.index(self.grammar)]
 
     def _die(self, cause: str) -> None:
-        self.failure = cause
-        self.condition(False)
-
-    def _die_in_engine(self, token_id: int) -> None:
-        error = self.matcher.engine_error or "the engine rejected a token it allowed"
-        cause = f"grammar engine: {error.splitlines()[0]}"
-        if cause not in _WARNED:
+        if cause.startswith("grammar engine") and cause not in _WARNED:
             _WARNED.add(cause)
             warnings.warn(
-                f"llguidance failed after token {token_id} ({cause}); the particle gets weight "
-                "zero. A grammar with no finite string or a very large schema does this.",
+                f"llguidance failed ({cause}); the particle gets weight zero. A grammar with "
+                "no finite string or a very large schema does this.",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        self._die(cause)
-
-    @property
-    def text(self) -> str:
-        """The generated text without EOS."""
-        ids = self.context.generated
-        if ids and ids[-1] == self.context.lm.eos_token_id:
-            ids = ids[:-1]
-        return self.context.lm.decode(ids)
+        super()._die(cause)
 
     def string_for_serialization(self) -> str:
         """The generated text (without EOS): the posterior key."""
         return self.text
-
-
-class MaskedNextToken(Distribution):
-    """The token-masking proposal M'_t = q / G'_t from precomputed masked probabilities.
-
-    The batched counterpart of ``context.mask_dist(mask)`` + ``context.next_token()``
-    (:mod:`llamppl.context`): ``q`` (``(V,)``, unnormalised, zero outside the mask)
-    and ``log G' = log Σ q`` come from one batched
-    :func:`~llamppl.decoding.grammar_engine.apply_masks` for all particles of the
-    step. Sampling or observing a token extends the context.
-    """
-
-    def __init__(self, context: LMContext, q: torch.Tensor, log_mass: float) -> None:
-        self.context, self.q, self.log_mass = context, q, log_mass
-
-    async def sample(self, rng=None):
-        cdf = torch.cumsum(self.q, dim=0)  # (V,)
-        u = float((rng or current_rng()).random()) * float(cdf[-1])
-        i = int(
-            torch.searchsorted(
-                cdf, torch.tensor([u], dtype=cdf.dtype, device=cdf.device), right=True
-            )
-        )
-        i = min(i, cdf.numel() - 1)
-        if self.q[i] <= 0:  # u on the float boundary at the very top: the last allowed token
-            i = int(torch.nonzero(self.q > 0)[-1])
-        return await self._take(i)
-
-    async def log_prob(self, value):
-        return (await self._take(int(value)))[1]
-
-    async def _take(self, i: int):
-        self.context.extend(i)
-        p = float(self.q[i])
-        return Token(self.context.lm, i), (math.log(p) - self.log_mass if p > 0 else -math.inf)
-
-    async def support(self):
-        ids = torch.nonzero(self.q > 0).flatten().tolist()
-        return [
-            (Token(self.context.lm, i), math.log(float(self.q[i])) - self.log_mass) for i in ids
-        ]

@@ -1,81 +1,122 @@
-"""``HardConstraint``: sample an LM continuation conditioned on a hard constraint.
+"""``HardConstraint``: an LM continuation conditioned on a hard constraint, exactly.
 
-LLaMPPL paper §2.2, "Hard constraints". Let p be the LM after the prompt x, C
-the set of allowed prefixes (given by ``predicate``, see
-:mod:`llamppl.decoding.constraints`) and s_{t-1} the text generated so far. The
-program offers both Feynman–Kac formulations of the paper:
+LLaMPPL paper §2.2, "Hard constraints". Let p be the LM after the prompt x, C the
+set of allowed prefixes of a constraint (:mod:`llamppl.decoding.constraints`: a
+text constraint, a grammar, a user's Python predicate, or ``&`` of any of them)
+and s_{t-1} the tokens generated so far. Three Feynman–Kac formulations, one
+target:
 
 ``proposal="sample"`` — sample, then condition::
 
-    M_t(s_{t-1} w | s_{t-1}) = p(w | x s_{t-1})
-    G_t(s_{t-1}, s_t)        = 1_C(s_t)
+    M_t(s_{t-1} w | s_{t-1}) = p(w | x s_{t-1}),   G_t = 1_C(s_{t-1} w)
 
 ``proposal="mask"`` — token masking with the allowed mass as potential::
 
     M'_t(s_{t-1} w | s_{t-1}) = p(w | x s_{t-1}) 1_C(s_{t-1} w) / G'_t
     G'_t(s_{t-1}, s_t)        = Σ_w p(w | x s_{t-1}) 1_C(s_{t-1} w)
 
-Since M'_t G'_t = M_t G_t token by token, both define the same posterior and the
-same Z (the paper's G'_t = M_t / M'_t). Masking never wastes a particle on a
-forbidden token, so SMC estimates have lower variance. The mask is computed by
-``predicate.allowed_mask`` in one vectorised pass over the vocabulary and used
-through :meth:`llamppl.LMContext.mask_dist` (observe "next token is allowed",
-which scores G'_t and restricts the following ``next_token()`` to the mask).
+``proposal="lazy"`` — the masked proposal M'_t drawn by adaptive rejection,
+checking only the tokens drawn, with an unbiased estimate Ẑ of G'_t as the
+weight (:mod:`llamppl.decoding.lazy_proposal`, whose docstring proves that the
+pair (token, Ẑ) is properly weighted: E[Ẑ f(w)] = Σ_w p(w) 1_C(s w) f(w)).
 
-Posterior. The particle stops at EOS or after ``max_tokens`` generated tokens
-(EOS included in the count). Final states are therefore EOS-terminated strings
-of at most ``max_tokens`` tokens and non-EOS strings of exactly ``max_tokens``
-tokens (truncated), and the posterior is the LM's output *truncated to
-``max_tokens`` tokens*, conditioned on the constraint::
+Since M'_t G'_t = M_t G_t token by token (and the lazy pair has the same
+expectation), all three define the same posterior and the same Z. The mask needs
+the constraint on every token of the vocabulary; it is the right choice when the
+constraint has a cheap batched mask (grammars, the ready-made text constraints).
+The lazy proposal is the right choice for a costly check (a chemistry parser, a
+type checker): ``proposal="auto"`` (the default) picks the mask when
+``constraint.cheap_mask`` and the lazy proposal otherwise. For ``cheap & costly``
+the lazy draw masks with the cheap parts and checks only the costly ones.
 
-    P(s) ∝ p(s | x) · ∏_{t<=|s|} 1_C(s_{1:t}),   Z = Σ_s p(s | x) ∏_t 1_C(s_{1:t})
+**Endings.** A particle ends at EOS, and with ``stop="newline"`` also at any token
+that contains a newline (the rule of the AWRS paper's molecule and pattern tasks):
+such a token ends the text like EOS, its characters are not part of it, and it is
+allowed iff the complete check accepts the text. After ``max_tokens`` generated
+tokens (the end token included) the text is cut; what happens to a cut text is
+``truncated``:
 
-where p(s | x) is the probability of the whole string (EOS included) for an
-EOS-terminated s and the probability of the first ``max_tokens`` tokens for a
-truncated one, and 1_C(s_{1:t}) is ``predicate(text)`` for a non-EOS prefix and
-``predicate.accepts_end(text)`` for the final EOS (C_F membership). Z is the
-probability that the LM's (truncated) output satisfies the constraint. With
-``max_tokens=None`` only EOS-terminated strings count (the paper's
-P(S = s | S ∈ C_F)); the LM must then stop with probability one.
+- ``"check"`` (the default): it is kept iff the complete check accepts it, as if it
+  ended there (G = 1_{C_F}(s)); a text that only a prefix check admits, such as half a
+  molecule, gets weight 0 with the cause ``"token limit"``;
+- ``"drop"``: every cut text gets weight 0 (only texts that ended by themselves, the
+  LM's own EOS, are in the posterior); at the last position only end tokens are proposed;
+- ``"keep"``: every cut text whose prefixes are all in C is kept (LLaMPPL's behaviour;
+  for prefix-closed constraints such as ``max_word_length`` this equals ``"check"``).
 
-The formula holds for any predicate. Ideally ``predicate`` is exactly the
-prefix set C of C_F. A predicate that also accepts dead-end prefixes gives the
-same posterior over EOS-terminated strings (such particles die later, wasting
-work; only a dead end cut off at ``max_tokens`` survives as a truncated
-string), while one that rejects a prefix of an acceptable string removes that
-string from the target.
+The posterior over final texts s is therefore ``P(s) ∝ p(s | x) ∏_t 1_C(s_{1:t}) ·
+E(s)`` with E(s) the complete check for ended texts and the ``truncated`` rule for
+cut ones, and Z is the probability that the LM's output (cut at ``max_tokens``)
+passes. A particle of weight 0 names why in ``failure`` (``"no allowed token"``,
+``"token limit"``, ``"check timed out ..."``, ``"schema check: ..."``, ...).
 
-The text the predicate sees is the concatenation of ``lm.vocab[t]`` over the
-generated tokens (EOS excluded), so appending token w appends exactly
+**Time bound.** Every check runs under ``check_timeout`` seconds
+(:mod:`llamppl.decoding.time_bound`); a check that exceeds it gives its particle
+weight 0 with the cause ``"check timed out"``, and the run goes on.
+
+The text a text constraint sees is the concatenation of ``lm.vocab[t]`` over the
+generated tokens (end token excluded), so appending token w appends exactly
 ``lm.vocab[w]``::
 
     from llamppl import CachedCausalLM, run
     from llamppl.inference import smc_steer
     from llamppl.models import HardConstraint, max_word_length
     lm = CachedCausalLM.default()
-    model = HardConstraint(lm, "The Fed says", max_word_length(5), proposal="mask", max_tokens=20)
+    model = HardConstraint(lm, "The Fed says", max_word_length(5), max_tokens=20)
     result = run(smc_steer(model, n_particles=8, n_beam=3, seed=0))
     print(result.log_ml, result.sample().text)
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from llamppl.context import LMContext
-from llamppl.decoding.constraints import Constraint, as_constraint
+from llamppl.decoding.constraints import AllOf, Constraint, ConstraintFailure, as_constraint
+from llamppl.decoding.lazy_proposal import awrs, next_candidates
+from llamppl.decoding.time_bound import (
+    DEFAULT_CHECK_TIMEOUT,
+    CheckTimeout,
+    check_timeout_seconds,
+    time_bound,
+)
 from llamppl.lm.base import LanguageModel
+from llamppl.lm.memo import lm_table
 from llamppl.modeling import Model
-from llamppl.token import Token
+from llamppl.rng import current_rng
 from llamppl.validation import check_positive_int
 
-__all__ = ["HardConstraint"]
+from .constrained_tokens import DrawnToken, MaskedNextToken, mask_round, masked_round
 
-PROPOSALS = ("mask", "sample")
+__all__ = ["HardConstraint", "PROPOSALS", "STOPS", "TRUNCATED"]
+
+PROPOSALS = ("auto", "mask", "lazy", "sample")
+STOPS = ("eos", "newline")
+TRUNCATED = ("check", "drop", "keep")
+
+
+def end_token_ids(lm: LanguageModel, stop: str) -> tuple[int, ...]:
+    """The tokens that end a text: EOS, and with ``stop="newline"`` every token containing a newline."""
+    eos = set(lm.eos_token_ids)
+    if stop == "eos":
+        return tuple(sorted(eos))
+    newline = lm_table(
+        lm, "newline_tokens", lambda lm: [i for i, t in enumerate(lm.vocab) if "\n" in t]
+    )
+    return tuple(sorted(eos | set(newline)))
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value  # type: ignore[return-value]
 
 
 class HardConstraint(Model):
-    """LM continuation of ``prompt`` in which every prefix satisfies ``predicate``.
+    """LM continuation of ``prompt`` in which every prefix satisfies a constraint.
 
     Parameters
     ----------
@@ -83,66 +124,229 @@ class HardConstraint(Model):
     prompt : str | Sequence[int]
         Text or token ids to continue (``lm.bos_token_id`` is prepended as in ``LMContext``).
     predicate : Constraint | Callable[[str], bool]
-        Membership in C of the generated text so far. A :class:`Constraint`
-        (e.g. ``max_word_length(5)``) gives a vectorised mask; a plain callable is
-        called once per vocabulary entry per step under ``proposal="mask"``.
-    proposal : {"mask", "sample"}
-        The Feynman–Kac formulation (module docstring). Same posterior, same Z.
+        The constraint (:mod:`llamppl.decoding.constraints`): a ready-made one
+        (``max_word_length(5)``), a grammar (``Grammar.from_regex(...)``), a plain
+        callable on the text so far (prefix check and complete check), or ``a & b``.
+    proposal : {"auto", "mask", "lazy", "sample"}
+        The Feynman–Kac formulation (module docstring); same posterior, same Z. ``"auto"``
+        is ``"mask"`` for a constraint with a cheap mask and ``"lazy"`` otherwise.
     max_tokens : int | None
-        Generated tokens after which a particle stops (EOS included in the count).
+        Generated tokens after which the text is cut (end token included); None: no limit
+        (the LM must then end with probability one).
+    stop : {"eos", "newline"}
+        What ends a text: EOS, or also any token containing a newline.
+    truncated : {"check", "drop", "keep"}
+        What a text cut at ``max_tokens`` gets (module docstring).
+    check_timeout : float | None
+        Seconds one check may take before its particle dies (default 2); None: no bound.
+    fast_forward : bool
+        Take a token the constraint allows alone without a draw of its own (grammars;
+        same target and weights, see :class:`~llamppl.models.GrammarConstraint`).
 
     Attributes
     ----------
     context : LMContext
+    state
+        The constraint's state (the text so far, for a text constraint).
     text : str
-        Generated text as the predicate sees it (vocab strings joined, no EOS).
+        The generated text as the constraint sees it (no end token).
+    checks : int
+        Checks this particle made under the lazy or sampling proposal (the lazy draw's
+        rejections, its accepted token and its weight's extra check).
+    forced : int
+        Tokens taken as forced tokens.
+    failure : str | None
+        Why the particle got weight zero (None while alive).
     """
+
+    #: How failure causes name the constraint ("token outside the constraint").
+    constraint_noun = "constraint"
 
     def __init__(
         self,
         lm: LanguageModel,
         prompt: str | Sequence[int],
         predicate: Constraint | Callable[[str], bool],
-        proposal: str = "mask",
+        proposal: str = "auto",
         max_tokens: int | None = 32,
+        *,
+        stop: str = "eos",
+        truncated: str = "check",
+        check_timeout: float | None = DEFAULT_CHECK_TIMEOUT,
+        fast_forward: bool = True,
     ) -> None:
         super().__init__()
-        if proposal not in PROPOSALS:
-            raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
+        _choice("proposal", proposal, PROPOSALS)
+        self.stop = _choice("stop", stop, STOPS)
+        self.truncated = _choice("truncated", truncated, TRUNCATED)
+        if not isinstance(fast_forward, bool):
+            raise TypeError(f"fast_forward must be a bool, got {type(fast_forward).__name__}")
         self.constraint = as_constraint(predicate)
+        self.check_timeout = check_timeout_seconds("check_timeout", check_timeout)
         self.max_tokens = (
             None if max_tokens is None else check_positive_int("max_tokens", max_tokens)
         )
+        if proposal == "auto":
+            proposal = "mask" if self.constraint.cheap_mask else "lazy"
         self.proposal = proposal
+        self.fast_forward = fast_forward
         self.context = LMContext(lm, prompt)
-        self.text = ""
-        if not self.constraint(""):
-            raise ValueError(
-                "predicate('') is False: the empty continuation is not in C, so no string can satisfy it"
-            )
+        self.end_ids = end_token_ids(lm, self.stop)
+        self.state = self.constraint.start(lm)
+        self.checks = self.forced = 0
+        self.failure: str | None = None
+        if isinstance(self.state, str):
+            with time_bound(self.check_timeout):
+                if not self.constraint(""):
+                    raise ValueError(
+                        "predicate('') is False: the empty continuation is not in C, so no "
+                        "string can satisfy it"
+                    )
 
+    # ------------------------------------------------------------ one step
     async def step(self) -> None:
-        ctx = self.context
-        lm = ctx.lm
-        if self.proposal == "mask":
-            mask = self.constraint.allowed_mask(lm, self.text)  # (V,) bool, 1_C(s w)
-            await self.observe(ctx.mask_dist(mask), True)  # G'_t = Σ_w p(w) 1_C(s w)
-            token = await self.sample(ctx.next_token())  # M'_t = p restricted to the mask
+        with time_bound(self.check_timeout):
+            try:
+                await self._step()
+            except CheckTimeout:
+                self._die(f"check timed out (over {self.check_timeout:g} s)")
+            except ConstraintFailure as failure:
+                self._die(failure.cause)
+
+    async def _step(self) -> None:
+        ctx, lm = self.context, self.context.lm
+        ahead = None  # the next draw's log-probs, when the forced chain already read them
+        if self.proposal != "sample" and self.fast_forward:
+            ahead = await self._take_forced()
+        last = self.max_tokens is not None and len(ctx.generated) + 1 >= self.max_tokens
+        only_end = last and self.truncated == "drop"
+        if self.proposal == "sample":
+            token = int(await self.sample(ctx.next_token()))  # M_t = p
+            self.checks += 1
+            if token in self.end_ids:
+                if not self.constraint.ends(lm, self.state):  # G_t = 1_{C_F}(s)
+                    cause = self.constraint.end_failure(lm, self.state)
+                    self._die(cause or "end before the text is complete")
+                    return
+            elif only_end:
+                self._die("token limit")
+                return
+            elif not self.constraint.allows(lm, self.state, token):  # G_t = 1_C(s w)
+                self._die(f"token outside the {self.constraint_noun}")
+                return
+        elif self.proposal == "mask":
+            log_probs = ahead if ahead is not None else await ctx.next_token_logprobs()
+            end_ok = self.constraint.ends(lm, self.state)
+            q, log_mass = await masked_round(
+                lm, self.constraint, self.state, log_probs, end_ok, only_end, self.end_ids
+            )
+            if log_mass == -math.inf:
+                self._die("token limit" if only_end else self._end_cause())
+                return
+            self.score(log_mass)  # G'_t = allowed mass
+            token = int(await self.sample(MaskedNextToken(ctx, q, log_mass)))  # M'_t = q / G'_t
         else:
-            token = await self.sample(ctx.next_token())  # M_t = p
-            self.condition(self._allowed(token))  # G_t = 1_C(s w)
-        if token in lm.eos_token_ids:
+            drawn = await self._lazy_draw(only_end, ahead)
+            if drawn is None:
+                return
+            token = int(await self.sample(ctx.next_token(), proposal=drawn))  # weight += log Ẑ
+        self._after(token, last)
+
+    def _after(self, token: int, last: bool) -> None:
+        """Advance the state by ``token``; end or cut the text."""
+        lm = self.context.lm
+        if token in self.end_ids:
             self.finish()
             return
-        self.text += lm.vocab[int(token)]
-        if self.max_tokens is not None and len(ctx.generated) >= self.max_tokens:
+        self.state = self.constraint.advance(lm, self.state, token)
+        if last:
+            if self.truncated == "check" and not self.constraint.ends(lm, self.state):
+                self._die("token limit")
+                return
             self.finish()
 
-    def _allowed(self, token: Token) -> bool:
-        if token in self.context.lm.eos_token_ids:
-            return self.constraint.accepts_end(self.text)
-        return self.constraint(self.text + self.context.lm.vocab[int(token)])
+    # ------------------------------------------------------------ the lazy draw
+    def _costly(self) -> tuple[tuple[int, ...] | None, Callable[[Any, int], bool]]:
+        """The cheap parts to mask with (None: none) and the check of the others."""
+        c, lm = self.constraint, self.context.lm
+        if isinstance(c, AllOf) and c.cheap_parts and c.costly_parts:
+            costly = c.costly_parts
+
+            def allows(state: Any, w: int) -> bool:
+                return all(c.parts[i].allows(lm, state[i], w) for i in costly)
+
+            return c.cheap_parts, allows
+        return None, lambda state, w: c.allows(lm, state, w)
+
+    async def _lazy_draw(self, only_end: bool, ahead=None) -> DrawnToken | None:
+        """Adaptive weighted rejection (:func:`~llamppl.decoding.lazy_proposal.awrs`) on this
+        particle's row, its candidates read with every particle's of the round."""
+        ctx, lm, c = self.context, self.context.lm, self.constraint
+        log_probs = ahead if ahead is not None else await ctx.next_token_logprobs()  # (V,)
+        row = log_probs
+        cheap, costly_allows = self._costly()
+        if cheap is not None:
+            mask = await mask_round(lm, c, self.state, cheap)  # (V,) bool, EOS refined below
+            row = log_probs.masked_fill(~mask, -math.inf)
+        end_ok: bool | None = None
+        ends, state = set(self.end_ids), self.state
+
+        def allowed(w: int) -> bool:
+            nonlocal end_ok
+            if w in ends:
+                if end_ok is None:
+                    end_ok = c.ends(lm, state)
+                return end_ok
+            return not only_end and costly_allows(state, w)
+
+        candidates = await next_candidates(row, current_rng())
+        draw = awrs(candidates, allowed)
+        self.checks += draw.calls
+        if draw.token is None:  # Z = 0 exactly: no token of positive probability is allowed
+            self._die("token limit" if only_end else self._end_cause())
+            return None
+        full = allowed if cheap is None else (lambda w: bool(mask[w]) and allowed(w))
+        return DrawnToken(lm, log_probs, (draw.token, draw.log_p, draw.log_weight), full)
+
+    # ------------------------------------------------------------ forced tokens
+    async def _take_forced(self):
+        """Take the tokens the constraint allows alone from here, scoring their
+        probabilities (the singleton steps' G' = p(f)); one batched LM round for the chain
+        and the next draw, whose ``(V,)`` log-probs it returns (every particle reads its row
+        the same way, so their mask requests meet in one round)."""
+        ctx, lm, c = self.context, self.context.lm, self.constraint
+        room = None if self.max_tokens is None else self.max_tokens - len(ctx.generated)
+        chain: list[int] = []
+        while room is None or len(chain) + 1 < room:  # never the last budget position
+            token = c.forced(lm, self.state)
+            if token is None:
+                break
+            chain.append(token)
+            self.state = c.advance(lm, self.state, token)
+        # the chain's k distributions and the next draw's in ONE batched round (the trie runs
+        # the k new tokens in the forward of the other particles' tokens)
+        paths = [ctx.tokens + chain[:i] for i in range(len(chain) + 1)]
+        *rows, ahead = await asyncio.gather(*(lm.next_token_logprobs(p) for p in paths))
+        if chain:
+            self.score(sum(float(lp[f]) for lp, f in zip(rows, chain)))  # G' of each singleton
+            for f in chain:
+                ctx.extend(f)
+            self.forced += len(chain)
+        return ahead
+
+    # ------------------------------------------------------------ outcomes
+    def _end_cause(self) -> str:
+        return self.constraint.end_failure(self.context.lm, self.state) or "no allowed token"
+
+    def _die(self, cause: str) -> None:
+        self.failure = cause
+        self.condition(False)
+
+    @property
+    def text(self) -> str:
+        """The generated text as the constraint sees it (no end token)."""
+        return self.constraint.text_of(self.context.lm, self.state)
 
     def string_for_serialization(self) -> str:
-        """The generated text (EOS shown as the LM decodes it)."""
+        """The generated text (the end token shown as the LM decodes it)."""
         return str(self.context)

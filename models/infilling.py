@@ -59,12 +59,12 @@ import numpy as np
 import torch
 
 from llamppl.context import LMContext
-from llamppl.decoding.constraints import lm_table
 from llamppl.distributions import Distribution, Geometric
 from llamppl.lm.base import LanguageModel
+from llamppl.lm.memo import lm_table
 from llamppl.modeling import Model
 from llamppl.rng import current_rng
-from llamppl.token import sample_index
+from llamppl.row_sampling import sample_index
 from llamppl.validation import check_list, check_nonnegative_int, check_unit_interval
 
 __all__ = ["Infilling", "TruncatedGeometric", "split_template", "BLANK"]

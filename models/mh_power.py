@@ -36,7 +36,7 @@ import torch
 
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng
-from llamppl.token import sample_index
+from llamppl.row_sampling import sample_index
 from llamppl.validation import check_nonnegative_int, check_positive_int
 
 from .generation import Generation

@@ -21,21 +21,22 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from llamppl.context import LMContext
 from llamppl.distributions import TokenCategorical
-from llamppl.inference import SMCResult, smc_standard
+from llamppl.inference import SMC, SMCResult, ess_rule, run_population
+from llamppl.inference.options import options_from
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.rng import make_rng
-from llamppl.token import sample_index
+from llamppl.row_sampling import sample_index
 from llamppl.validation import (
     check_nonnegative_int,
     check_positive_int,
-    check_unit_interval,
     is_real,
 )
 
@@ -229,17 +230,23 @@ async def power_smc(
     ess_threshold: float = 0.5,
     ramp_tokens: int = 100,
     max_tokens: int = 2048,
-    seed: int | np.random.Generator | None = None,
+    *,
     resampling: str = "systematic",
     proposal: Proposal | None = None,
-    progress: bool | None = None,
+    **run: Any,
 ) -> PowerSMCResult:
     """Power-SMC (Algorithm 1): SMC over :class:`PowerSampling`, output drawn ∝ final weights.
 
-    ``smc_standard`` steps all particles concurrently, so their next-token requests
-    coalesce into one batched forward per token; with :class:`~llamppl.CachedCausalLM`
-    particles share prefixes in the token trie, and resampling clones a particle
-    without copying KV. Resampling happens when ESS < ``ess_threshold · N``.
+    ``smc_standard``'s engine steps all particles concurrently, so their next-token
+    requests coalesce into one batched forward per token; with
+    :class:`~llamppl.CachedCausalLM` particles share prefixes in the token trie, and
+    resampling clones a particle without copying KV. Resampling happens when
+    ESS < ``ess_threshold · N`` (``ess_threshold = 0`` never resamples: importance
+    sampling with the power proposal).
+
+    ``**run`` are the run options (:mod:`llamppl.inference.options`): ``seed`` (also
+    fixes the final draw), ``progress``, ``record`` (the run record on ``.result.record``,
+    for the viewer) and ``max_steps``.
 
     Returns a :class:`PowerSMCResult` (``.text``, ``.tokens``, ``.log_likelihood`` of the
     chosen output, ``.result`` the :class:`~llamppl.inference.SMCResult`). Defaults are
@@ -247,12 +254,10 @@ async def power_smc(
     """
     model = PowerSampling(lm, prompt, alpha, max_tokens, ramp_tokens, proposal)
     n = check_positive_int("n_particles", n_particles)
-    threshold = check_unit_interval("ess_threshold", ess_threshold)
-    rng = make_rng(seed)
-    result = await smc_standard(
-        model, n, threshold, resampling=resampling, seed=rng, progress=progress
-    )
-    chosen = result.sample(rng)
+    rule = ess_rule(ess_threshold, resampling)
+    options = options_from("power_smc", run)
+    result = await run_population(model, n, SMC(rule), options)
+    chosen = result.sample(options.rng)
     out = chosen.output()
     return PowerSMCResult(out.tokens, out.text, out.log_likelihood, result=result, particle=chosen)
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from llamppl.inference import SMCResult, smc_standard
+from llamppl.inference import SMC, SMCResult, ess_rule, run_population
+from llamppl.inference.options import options_from
 from llamppl.lm.base import LanguageModel
-from llamppl.rng import make_rng
-from llamppl.validation import check_positive_int, check_unit_interval
+from llamppl.validation import check_positive_int
 
 from .drafts import draft_from_layers, skip_middle_draft, truncated_draft
 from .generation import Generation
@@ -101,10 +102,10 @@ async def speculative_smc(
     k: int = 4,
     max_tokens: int = 256,
     ess_threshold: float = 0.5,
-    seed: int | np.random.Generator | None = None,
+    *,
     draft_temp: float = 1.0,
     resampling: str = "systematic",
-    progress: bool | None = None,
+    **run: Any,
 ) -> SpeculativeResult:
     """SMC-SD (papers.md §3): SMC over :class:`SpeculativeDecoding`, output drawn ∝ final weight.
 
@@ -114,15 +115,18 @@ async def speculative_smc(
     when ESS < ``ess_threshold · N``; clones share the trie's K/V. A round costs one
     target forward, plus one for each early-EOS position in a round where some
     particle's block stopped at EOS before the others' (its request leaves earlier).
+
+    ``**run`` are the run options (:mod:`llamppl.inference.options`): ``seed`` (also fixes
+    the final draw), ``progress``, ``record`` (the run record on ``.result.record``) and
+    ``max_steps`` (rounds).
     """
     model = SpeculativeDecoding(target, draft, prompt, k, max_tokens, draft_temp)
     n = check_positive_int("n_particles", n_particles)
-    threshold = check_unit_interval("ess_threshold", ess_threshold)
-    rng = make_rng(seed)
+    rule = ess_rule(ess_threshold, resampling)
+    options = options_from("speculative_smc", run)
+    rng = options.rng
     before = target.stats.forward_calls, draft.stats.forward_calls
-    result = await smc_standard(
-        model, n, threshold, resampling=resampling, seed=rng, progress=progress
-    )
+    result = await run_population(model, n, SMC(rule), options)
     t_fw, d_fw = target.stats.forward_calls - before[0], draft.stats.forward_calls - before[1]
     chosen = result.sample(rng)
     out = chosen.output()

@@ -30,7 +30,7 @@ from llamppl.distributions import Distribution, TokenCategorical
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.rng import current_rng
-from llamppl.token import sample_index
+from llamppl.row_sampling import sample_index
 from llamppl.validation import check_positive_int
 
 from .generation import Generation

@@ -26,14 +26,22 @@ from typing import Any
 
 import numpy as np
 
-from llamppl.decoding.grammar_compile import MAX_ARRAY_ITEMS, MAX_DECIMALS, MAX_STRING_LENGTH
 from llamppl.decoding.json_check import normalize_schema
+from llamppl.decoding.schema_budget import JSONBudget, json_budget
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng
 from llamppl.runner import run
 from llamppl.validation import check_positive_int
 
 from .grammar import GrammarConstraint
+
+BUDGET_KEYWORDS = (
+    "whitespace",
+    "max_string_length",
+    "max_array_items",
+    "closed_objects",
+    "max_decimals",
+)
 
 __all__ = ["generate_json", "StructuredResult", "schema_prompt", "SCHEMA_INSTRUCTION"]
 
@@ -117,15 +125,12 @@ def generate_json(
     *,
     proposal: str = "mask",
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
-    whitespace: str = "compact",
-    max_string_length: int | None = MAX_STRING_LENGTH,
-    max_array_items: int | None = MAX_ARRAY_ITEMS,
-    closed_objects: bool = True,
-    max_decimals: int | None = MAX_DECIMALS,
+    budget: JSONBudget | None = None,
     fast_forward: bool = True,
     chat: bool = False,
     ess_threshold: float | None = None,
     resampling: str = "systematic",
+    **options: Any,
 ) -> StructuredResult:
     """Sample JSON matching ``schema`` from ``lm``'s conditional distribution given validity.
 
@@ -144,25 +149,18 @@ def generate_json(
     n_particles : int
         SMC particles N.
     seed : int | numpy.random.Generator | None
+        Fixes the run (a run option, see ``**options``).
     proposal : {"mask", "sample"}
         See :class:`GrammarConstraint`; ``"mask"`` is the efficient one.
     max_tokens : int | None
         Token budget of the JSON text, EOS included (default 256).
-    whitespace : {"compact", "flexible"}
-        ``"compact"`` (default): no whitespace between JSON tokens; ``"flexible"``:
-        JSON's free whitespace (more texts, longer outputs).
-    max_string_length : int | None
-        Characters per free string (no ``maxLength``/``pattern``/``format``/``enum``);
-        part of the target, default 32; ``None``: unbounded (see the docs).
-    max_array_items : int | None
-        Items per free array (no ``maxItems``), the same size budget, default 4.
-    closed_objects : bool
-        Objects that list ``properties`` get only those keys (XGrammar's default
-        ``strict_mode``), and a map's keys at most ``max_string_length`` characters: the
-        same size budget, default True; ``False``: JSON Schema's open objects.
-    max_decimals : int | None
-        Decimals per free number, and fewer than 16 integer digits where a number has
-        no bound: the same size budget, default 6; ``None``: unbounded.
+    budget : JSONBudget | None
+        The sub-language of JSON the schema is compiled to, as one value
+        (:class:`~llamppl.decoding.schema_budget.JSONBudget`: whitespace, characters per
+        free string, items per free array, closed objects, decimals per free number; its
+        defaults are part of the target, see the docs). Or give those five settings as
+        keywords (``whitespace=``, ``max_string_length=``, ``max_array_items=``,
+        ``closed_objects=``, ``max_decimals=``), not both.
     fast_forward : bool
         Take the tokens the grammar allows alone without a forward pass of their own
         (default True; same target and weights, :class:`GrammarConstraint`).
@@ -170,26 +168,32 @@ def generate_json(
         Build the prompt with the LM's chat template, JSONSchemaBench's instruction
         as system message and the schema in the user message (:func:`schema_prompt`).
     ess_threshold : float | None
-        ``None`` (the default): no resampling with ``proposal="mask"``
-        (:func:`~llamppl.inference.importance_sampling`: N independent masked draws,
-        weighted exactly), resampling at ESS < N/2 with ``proposal="sample"`` (whose
-        particles die on forbidden tokens). A number runs
-        :func:`~llamppl.inference.smc_standard` with that threshold. Under the mask
-        proposal a particle's weight is its allowed mass, ≈ 1 inside free strings, so
-        resampling at small N collapses onto the particles that then run out of
-        ``max_tokens`` (docs: "Why no resampling by default").
+        ``None`` (the default): no resampling with ``proposal="mask"`` (importance
+        sampling: N independent masked draws, weighted exactly), resampling at ESS < N/2
+        with ``proposal="sample"`` (whose particles die on forbidden tokens). A number in
+        [0, 1] is the threshold (0: never resample). Under the mask proposal a particle's
+        weight is its allowed mass, ≈ 1 inside free strings, so resampling at small N
+        collapses onto the particles that then run out of ``max_tokens`` (docs: "Why no
+        resampling by default").
     resampling
-        Passed to :func:`~llamppl.inference.smc_standard`.
+        The resampling scheme (:mod:`llamppl.inference.resampling`).
+    **options
+        The JSON budget keywords above, and the run options
+        (:mod:`llamppl.inference.options`): ``progress``, ``record`` (the run record on
+        ``.result.record``, for the viewer), ``max_steps``.
 
     Returns
     -------
     StructuredResult
     """
-    from llamppl.inference import importance_sampling, smc_standard
+    from llamppl.inference import SMC, Never, ess_rule, run_population
+    from llamppl.inference.options import options_from
 
-    check_positive_int("n_particles", n_particles)
+    n = check_positive_int("n_particles", n_particles)
     if not isinstance(chat, bool):
         raise TypeError(f"chat must be a bool, got {type(chat).__name__}")
+    budget = json_budget(budget, **{k: options.pop(k) for k in BUDGET_KEYWORDS if k in options})
+    run_opts = options_from("generate_json", {"seed": seed, **options})
     if chat:
         prompt = schema_prompt(lm, prompt, schema)
     model = GrammarConstraint(
@@ -198,22 +202,15 @@ def generate_json(
         json_schema=schema,
         proposal=proposal,
         max_tokens=max_tokens,
-        whitespace=whitespace,
-        max_string_length=max_string_length,
-        max_array_items=max_array_items,
-        closed_objects=closed_objects,
-        max_decimals=max_decimals,
+        budget=budget,
         fast_forward=fast_forward,
     )
     if ess_threshold is None and proposal == "mask":
-        result = run(importance_sampling(model, n_particles, seed=seed))
+        engine = SMC(Never(), "importance_sampling")
     else:
         threshold = 0.5 if ess_threshold is None else ess_threshold
-        result = run(
-            smc_standard(
-                model, n_particles, ess_threshold=threshold, resampling=resampling, seed=seed
-            )
-        )
+        engine = SMC(ess_rule(threshold, resampling), "smc_standard")
+    result = run(run_population(model, n, engine, run_opts))
     failures = dict(Counter(p.failure for p in result.particles if p.failure is not None))
     if result.log_ml == -float("inf"):
         warnings.warn(

@@ -52,6 +52,7 @@ FLOORS: list[tuple[str, str, tuple[str, ...]]] = [
         (
             "llamppl.awaiting",
             "llamppl.token",
+            "llamppl.row_sampling",
             "llamppl.distributions",
             "llamppl.context",
             "llamppl.modeling",

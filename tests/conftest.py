@@ -11,8 +11,15 @@ from collections.abc import Callable, Sequence
 
 import pytest
 import torch
+from warning_policy import filterwarnings_lines
 
 from llamppl.lm.cached_causal_lm import CachedCausalLM
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Deprecation and future warnings fail the test that triggers them (``warning_policy``)."""
+    for line in filterwarnings_lines():
+        config.addinivalue_line("filterwarnings", line)
 
 
 @pytest.fixture(scope="session")

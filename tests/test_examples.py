@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from warning_policy import pythonwarnings
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -49,6 +50,7 @@ ENV = {
     "LLAMPPL_PROGRESS": "0",
     "PYTHONUNBUFFERED": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONWARNINGS": pythonwarnings(),  # a deprecated call of ours fails the example
 }
 
 

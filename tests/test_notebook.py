@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from warning_policy import pythonwarnings
 
 nbformat = pytest.importorskip("nbformat", reason="needs nbformat (dev extra)")
 nbclient = pytest.importorskip("nbclient", reason="needs nbclient and ipykernel (dev extra)")
@@ -22,6 +23,7 @@ def test_tour_notebook_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("LLAMPPL_PROGRESS", "0")
+    monkeypatch.setenv("PYTHONWARNINGS", pythonwarnings())  # the kernel fails on a deprecated call
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
         nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}

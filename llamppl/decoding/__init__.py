@@ -1,8 +1,13 @@
 """Token-level decoding kernels (``llamppl.decoding``): the parts that act on next-token
 distributions but are not programs.
 
-- :mod:`~llamppl.decoding.constraints` — prefix constraints on text with vectorised
+- :mod:`~llamppl.decoding.constraints` — the constraint protocol (prefix check, complete
+  check, optional batched mask, optional state) and its composition ``&``;
+  :mod:`~llamppl.decoding.text_constraints` — ready-made text constraints with vectorised
   next-token masks (``max_word_length``, ``banned_words``, ``regex_prefix``);
+- :mod:`~llamppl.decoding.lazy_proposal` — adaptive weighted rejection sampling: a lazy,
+  exact token proposal that checks only the tokens it draws;
+  :mod:`~llamppl.decoding.time_bound` — the time bound on every check;
 - :mod:`~llamppl.decoding.grammar_compile`, :mod:`~llamppl.decoding.schema_budget` and
   :mod:`~llamppl.decoding.json_check` — JSON Schema compilation (exact and relaxed tiers,
   cache), the size budget (short strings and arrays, closed objects) and the exact
@@ -20,13 +25,21 @@ the engines and the library programs, which re-export its public names (the old
     from llamppl.decoding import max_word_length, PowerLawSampler
 """
 
-from .constraints import Constraint, banned_words, max_word_length, regex_prefix
+from .constraints import AllOf, Constraint, ConstraintFailure, PredicateConstraint, as_constraint
 from .power_law import PRESETS as POWER_LAW_PRESETS
 from .power_law import PowerLawDraw, PowerLawSampler
 from .power_law_proposal import PowerLawProposal, power_law_history
+from .text_constraints import banned_words, max_word_length, regex_prefix
+from .time_bound import CheckTimeout, time_bound
 
 __all__ = [
     "Constraint",
+    "ConstraintFailure",
+    "PredicateConstraint",
+    "AllOf",
+    "as_constraint",
+    "CheckTimeout",
+    "time_bound",
     "banned_words",
     "max_word_length",
     "regex_prefix",

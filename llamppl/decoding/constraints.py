@@ -1,49 +1,51 @@
-"""Prefix constraints on generated text, with vectorised next-token masks.
+"""The constraint protocol: what a hard constraint answers, so one program can enforce any of them.
 
-A *constraint* describes the set C of the LLaMPPL paper (§2.2, hard
-constraints): the text prefixes that can still be completed into an acceptable
-string. Every constraint object answers three questions about the generated
-text ``s`` (the concatenation of ``lm.vocab[t]`` over the generated tokens, so
-that appending token ``w`` appends exactly ``lm.vocab[w]``):
+A *constraint* describes the set C of the LLaMPPL paper (§2.2, hard constraints):
+the prefixes that can still be completed into an acceptable string, and C_F, the
+acceptable finished strings. Text constraints, grammars (JSON Schema, regex, Lark;
+:class:`~llamppl.decoding.grammar_compile.Grammar`) and a user's own Python
+predicate all implement the same protocol, so :class:`~llamppl.models.HardConstraint`
+enforces any of them and ``&`` composes any two:
 
-``constraint(s) -> bool``
-    Is ``s`` in C (a prefix that may still be completed)?
-``constraint.accepts_end(s) -> bool``
-    May the string stop here (is ``s`` followed by EOS in C_F)?
-``constraint.allowed_mask(lm, s) -> torch.Tensor``
-    The ``(V,)`` boolean vector ``[1_C(s w)]_w`` on ``lm.device``: entry ``w`` is
-    ``constraint(s + lm.vocab[w])`` for ordinary tokens and
-    ``constraint(s) and constraint.accepts_end(s)`` for every id in ``lm.eos_token_ids``.
-    This is the mask of the token-masking proposal M'_t and its potential
-    G'_t = Σ_w p(w) 1_C(s w).
+``state = c.start(lm)``
+    The particle's state before any generated token (the text ``""`` for text
+    constraints, a grammar matcher for grammars). The particle owns it and clones it
+    with itself (``copy.deepcopy``).
+``c.allows(lm, state, w) -> bool``
+    The *prefix check*: may token ``w`` come next (is s·w in C)? Never called for an
+    end token (EOS).
+``c.ends(lm, state) -> bool``
+    The *complete check*: may the string end here (is s in C_F)?
+``state = c.advance(lm, state, w)``
+    The state after token ``w``; :class:`ConstraintFailure` (with a cause) when the
+    state cannot advance (an engine error).
+``c.cheap_mask`` and ``c.masks(lm, states) -> (B, V) bool``
+    The optional batched mask: ``masks[b, w]`` is ``allows(states[b], w)`` for ordinary
+    tokens and ``ends(states[b])`` for every id in ``lm.eos_token_ids``, for all particles
+    at once, on ``lm.device``. ``cheap_mask`` says whether it is cheap (tensor operations,
+    an engine call); the default computes it with one check per token, the reference
+    the tests compare vectorised masks against.
+``c.forced(lm, state) -> int | None``
+    Optional: the one token allowed next, when exactly one (not EOS) is.
 
-Ready-made constraints compute the mask with tensor operations over tables
-built once per language model (cached on the LM object), so a step costs a few
-vector operations on the 49k-token vocabulary rather than 49k Python calls:
+**Text constraints.** :class:`Constraint` itself is the text constraint: its state is
+the generated text ``s`` (the concatenation of ``lm.vocab[t]`` over the generated
+tokens, so appending ``w`` appends exactly ``lm.vocab[w]``), and a subclass answers on
+text only: ``constraint(s) -> bool`` (in C?), ``constraint.accepts_end(s) -> bool`` (in
+C_F? default ``constraint(s)``) and, for speed, ``constraint.allowed_mask(lm, s)``
+(the ``(V,)`` mask; overriding it makes ``cheap_mask`` true). The ready-made ones
+(:func:`max_word_length`, :func:`banned_words`, :func:`regex_prefix`, in
+:mod:`~llamppl.decoding.text_constraints`) are such subclasses.
 
-- :func:`max_word_length` — no word longer than ``n`` letters (O(V) tensor ops).
-- :func:`banned_words` — none of the given words appears (O(V) tensor ops).
-- :func:`regex_prefix` — the text is a prefix of a full match of a regular
-  expression (the ``regex`` package's ``partial=True``). A regular expression
-  has no closed form over token strings, so this one calls the regex engine:
-  once per distinct first character of the vocabulary, then once per token
-  whose first character survives; results are memoised per prefix.
+**A plain callable** ``f(text) -> bool`` becomes a :class:`PredicateConstraint` (prefix
+check and complete check are both ``f``); it has no cheap mask, so
+``HardConstraint``'s default proposal checks it lazily, on the tokens it draws
+(:mod:`~llamppl.decoding.lazy_proposal`). Every check runs under the time bound of
+:mod:`~llamppl.decoding.time_bound`.
 
-Measured on SmolLM2's 49,152 tokens, one CPU core: building the word tables
-takes ~0.2 s once per LM, after which a ``max_word_length`` or
-``banned_words`` mask costs ~0.1-0.3 ms; a ``regex_prefix`` mask costs ~85 ms
-per new prefix for a permissive pattern (every token tested) and much less
-when the pattern rules out most first characters.
-
-Writing a constraint: subclass :class:`Constraint`, implement ``__call__`` and
-(if the end of string is special) ``accepts_end``, and override
-``allowed_mask`` with a vectorised version that obeys the contract above; the
-tests check such masks against the per-token definition
-(``Constraint.allowed_mask(c, lm, s)`` is that reference).
-
-A plain callable ``f(text) -> bool`` is wrapped in :class:`PredicateConstraint`,
-whose mask calls ``f`` once per vocabulary entry (fine for small vocabularies,
-slow on 49k tokens). Constraints combine with ``&``::
+**Composition.** ``a & b`` is :class:`AllOf`: a prefix is allowed iff every part
+allows it; its mask is cheap iff every part's is, and a lazy draw uses the cheap
+parts' masks first and checks the others only on the tokens it draws::
 
     from llamppl.decoding import max_word_length, banned_words
     c = max_word_length(5) & banned_words(["rates"])
@@ -53,72 +55,44 @@ slow on 49k tokens). Constraints combine with ``&``::
 
 from __future__ import annotations
 
-import collections
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import regex
 import torch
 
 from llamppl.lm.base import LanguageModel
-from llamppl.lm.masks import leading_letters, word_stats
-from llamppl.lm.memo import LRU, PerLM, lm_table
-from llamppl.validation import check_positive_int
+
+from .time_bound import bounded_call
 
 __all__ = [
     "Constraint",
+    "ConstraintFailure",
     "PredicateConstraint",
     "AllOf",
-    "MaxWordLength",
-    "BannedWords",
-    "RegexPrefix",
-    "max_word_length",
-    "banned_words",
-    "regex_prefix",
     "as_constraint",
+    "finish_rows",
 ]
 
-# ---------------------------------------------------------------------- per-LM tables
-# ``lm_table`` lives in ``llamppl.lm.memo``, the word statistics in ``llamppl.lm.masks``.
+
+class ConstraintFailure(Exception):
+    """A constraint's state cannot advance; ``cause`` names why (the particle's failure)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
 
 
-def _alpha_runs(text: str) -> list[tuple[int, int]]:
-    """``(start, end)`` of each maximal run of letters (``str.isalpha``) in ``text``."""
-    runs, start = [], None
-    for i, ch in enumerate(text):
-        if ch.isalpha():
-            if start is None:
-                start = i
-        elif start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(text)))
-    return runs
-
-
-def _trailing_run(text: str) -> int:
-    n = 0
-    while n < len(text) and text[-1 - n].isalpha():
-        n += 1
-    return n
-
-
-def _word_stats(lm: LanguageModel) -> dict[str, torch.Tensor]:
-    """Per-token letter-run statistics of ``lm.vocab`` (computed once, by ``llamppl.lm.masks``)."""
-    return word_stats(lm)
-
-
-# ---------------------------------------------------------------------- base classes
 class Constraint:
-    """A prefix predicate with a vectorised next-token mask (see the module docstring).
+    """A hard constraint (see the module docstring); by default a constraint on the text.
 
-    Subclasses implement :meth:`__call__` and, for speed, :meth:`allowed_mask`;
-    :meth:`accepts_end` defaults to ``self(text)``. Constraint objects are
-    immutable: cloning a particle shares them.
+    Subclass it for a text constraint: implement :meth:`__call__` and, if the end of
+    the string is special, :meth:`accepts_end`, and for speed :meth:`allowed_mask`.
+    Override :meth:`start`, :meth:`allows`, :meth:`ends`, :meth:`advance` and
+    :meth:`masks` for a constraint with its own state (as grammars do). Constraint
+    objects are immutable: cloning a particle shares them.
     """
 
+    # ------------------------------------------------------------ text interface
     def __call__(self, text: str) -> bool:
         raise NotImplementedError(f"{type(self).__name__} must implement __call__(text)")
 
@@ -127,15 +101,76 @@ class Constraint:
         return bool(self(text))
 
     def allowed_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
-        """``(V,)`` bool: which next tokens keep ``text`` in the set C (one predicate call per token)."""
+        """``(V,)`` bool: which next tokens keep ``text`` in the set C (one check per token)."""
         mask = torch.zeros(lm.vocab_size, dtype=torch.bool)
-        if self(text):
-            mask = torch.tensor([bool(self(text + t)) for t in lm.vocab], dtype=torch.bool)
-            mask[list(lm.eos_token_ids)] = self.accepts_end(text)
+        if bounded_call(self, text):
+            mask = torch.tensor([bool(bounded_call(self, text + t)) for t in lm.vocab])
+            mask[list(lm.eos_token_ids)] = bool(bounded_call(self.accepts_end, text))
         return mask.to(lm.device)
 
+    # ------------------------------------------------------------ the protocol
+    @property
+    def cheap_mask(self) -> bool:
+        """Whether :meth:`masks` is cheap: true when a subclass vectorised ``allowed_mask``."""
+        return type(self).allowed_mask is not Constraint.allowed_mask
+
+    def start(self, lm: LanguageModel) -> Any:
+        """The state before any generated token: the empty text."""
+        return ""
+
+    def allows(self, lm: LanguageModel, state: Any, token: int) -> bool:
+        """Prefix check: ``state + lm.vocab[token]`` in C."""
+        return bool(bounded_call(self, state + lm.vocab[token]))
+
+    def ends(self, lm: LanguageModel, state: Any) -> bool:
+        """Complete check: the text may end here."""
+        return bool(bounded_call(self.accepts_end, state))
+
+    def advance(self, lm: LanguageModel, state: Any, token: int) -> Any:
+        """The text after ``token``."""
+        return state + lm.vocab[token]
+
+    def masks(self, lm: LanguageModel, states: Sequence[Any]) -> torch.Tensor:
+        """``(B, V)`` bool masks of the tokens each state allows next (EOS: the complete check)."""
+        return torch.stack([self.allowed_mask(lm, s) for s in states])
+
+    def masked_probs(
+        self,
+        lm: LanguageModel,
+        states: Sequence[Any],
+        log_probs: torch.Tensor,
+        ends: torch.Tensor,
+        end_ids: list[int],
+        final: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The masked proposal of a batch: ``q = p ⊙ mask`` ``(B, V)`` and ``log Σ_w q`` ``(B,)``.
+
+        ``log_probs`` is ``(B, V)``; the end tokens ``end_ids`` are allowed where ``ends``
+        (``(B,)`` bool, the complete check); rows with ``final`` keep only end tokens
+        (:func:`finish_rows`). One multiplication applies the masks.
+        """
+        masks = finish_rows(self.masks(lm, states).to(log_probs.dtype), ends, end_ids, final)
+        q = log_probs.exp() * masks  # (B, V)
+        return q, q.sum(dim=-1).log()
+
+    def end_failure(self, lm: LanguageModel, state: Any) -> str | None:
+        """Why the text may not end here when the prefix looks complete (None: no detail)."""
+        return None
+
+    def forced(self, lm: LanguageModel, state: Any) -> int | None:
+        """The one token allowed next, if exactly one (not EOS) is; None when unknown."""
+        return None
+
+    def text_of(self, lm: LanguageModel, state: Any) -> str:
+        """The text a state stands for (for failure messages and display)."""
+        return state
+
+    # ------------------------------------------------------------ composition
     def __and__(self, other: object) -> AllOf:
         return AllOf(self, as_constraint(other, "other"))
+
+    def __rand__(self, other: object) -> AllOf:
+        return AllOf(as_constraint(other, "other"), self)
 
     def __deepcopy__(self, memo: dict) -> Constraint:
         return self
@@ -145,14 +180,21 @@ class Constraint:
 
 
 class PredicateConstraint(Constraint):
-    """Wraps a plain ``fn(text) -> bool``; its mask calls ``fn`` once per vocabulary entry."""
+    """Wraps a plain ``fn(text) -> bool``: the prefix check and the complete check are ``fn``.
+
+    It has no cheap mask (its mask calls ``fn`` once per vocabulary entry), so a
+    program checks it lazily on the tokens it draws. Its calls are counted in
+    ``calls`` (shared by every particle).
+    """
 
     def __init__(self, fn: Callable[[str], bool]) -> None:
         if not callable(fn):
             raise TypeError(f"predicate must be callable (text -> bool), got {type(fn).__name__}")
         self.fn = fn
+        self.calls = 0
 
     def __call__(self, text: str) -> bool:
+        self.calls += 1
         return bool(self.fn(text))
 
     def __repr__(self) -> str:
@@ -160,31 +202,90 @@ class PredicateConstraint(Constraint):
 
 
 class AllOf(Constraint):
-    """Conjunction of constraints: a prefix is allowed iff every part allows it (masks are ANDed)."""
+    """Conjunction: allowed iff every part allows it; the state is the tuple of the parts' states.
 
-    def __init__(self, *parts: Constraint) -> None:
+    ``cheap_parts`` / ``costly_parts`` split the parts by ``cheap_mask``: a lazy draw
+    masks with the cheap ones and checks the costly ones on the tokens it draws. Checks
+    run cheap parts first, so a costly predicate sees only what the cheap parts allow.
+    """
+
+    def __init__(self, *parts: object) -> None:
         if not parts:
             raise ValueError("AllOf needs at least one constraint")
-        self.parts = tuple(as_constraint(p, "parts") for p in parts)
+        flat: list[Constraint] = []
+        for p in parts:
+            c = as_constraint(p, "parts")
+            flat += list(c.parts) if isinstance(c, AllOf) else [c]
+        self.parts = tuple(flat)
+        order = sorted(range(len(flat)), key=lambda i: not flat[i].cheap_mask)
+        self._order = tuple(order)  # cheap parts first
 
+    @property
+    def cheap_mask(self) -> bool:
+        return all(p.cheap_mask for p in self.parts)
+
+    @property
+    def cheap_parts(self) -> tuple[int, ...]:
+        return tuple(i for i in self._order if self.parts[i].cheap_mask)
+
+    @property
+    def costly_parts(self) -> tuple[int, ...]:
+        return tuple(i for i in self._order if not self.parts[i].cheap_mask)
+
+    # text interface (every part a text constraint)
     def __call__(self, text: str) -> bool:
-        return all(p(text) for p in self.parts)
+        return all(self.parts[i](text) for i in self._order)
 
     def accepts_end(self, text: str) -> bool:
-        return all(p.accepts_end(text) for p in self.parts)
+        return all(self.parts[i].accepts_end(text) for i in self._order)
 
     def allowed_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
-        mask = self.parts[0].allowed_mask(lm, text).clone()  # (V,)
-        for p in self.parts[1:]:
-            mask &= p.allowed_mask(lm, text)
-        return mask
+        return self.masks(lm, [(text,) * len(self.parts)])[0]
+
+    # protocol
+    def start(self, lm: LanguageModel) -> tuple:
+        return tuple(p.start(lm) for p in self.parts)
+
+    def allows(self, lm: LanguageModel, state: tuple, token: int) -> bool:
+        return all(self.parts[i].allows(lm, state[i], token) for i in self._order)
+
+    def ends(self, lm: LanguageModel, state: tuple) -> bool:
+        return all(self.parts[i].ends(lm, state[i]) for i in self._order)
+
+    def advance(self, lm: LanguageModel, state: tuple, token: int) -> tuple:
+        return tuple(p.advance(lm, s, token) for p, s in zip(self.parts, state))
+
+    def masks(self, lm: LanguageModel, states: Sequence[tuple], parts=None) -> torch.Tensor:
+        """The AND of the parts' masks (of ``parts``, indices, when given)."""
+        idx = self._order if parts is None else parts
+        out = self.parts[idx[0]].masks(lm, [s[idx[0]] for s in states]).clone()  # (B, V)
+        for i in idx[1:]:
+            out &= self.parts[i].masks(lm, [s[i] for s in states])
+        return out
+
+    def forced(self, lm: LanguageModel, state: tuple) -> int | None:
+        for i in self._order:
+            token = self.parts[i].forced(lm, state[i])
+            if token is not None:
+                others = (j for j in self._order if j != i)
+                if all(self.parts[j].allows(lm, state[j], token) for j in others):
+                    return token
+                return None
+        return None
+
+    def end_failure(self, lm: LanguageModel, state: tuple) -> str | None:
+        causes = (self.parts[i].end_failure(lm, state[i]) for i in self._order)
+        return next((c for c in causes if c is not None), None)
+
+    def text_of(self, lm: LanguageModel, state: tuple) -> str:
+        return self.parts[0].text_of(lm, state[0])
 
     def __repr__(self) -> str:
         return " & ".join(map(repr, self.parts))
 
 
 def as_constraint(predicate: object, name: str = "predicate") -> Constraint:
-    """``predicate`` itself if it is a :class:`Constraint`, else a :class:`PredicateConstraint` around it."""
+    """``predicate`` itself if it is a :class:`Constraint`, else a :class:`PredicateConstraint`."""
     if isinstance(predicate, Constraint):
         return predicate
     if not callable(predicate):
@@ -194,187 +295,14 @@ def as_constraint(predicate: object, name: str = "predicate") -> Constraint:
     return PredicateConstraint(predicate)
 
 
-# ---------------------------------------------------------------------- max_word_length
-class MaxWordLength(Constraint):
-    """Every word (maximal run of letters, ``str.isalpha``) has at most ``n`` letters.
-
-    Prefix-closed, so C = C_F: any allowed prefix may end. Mask for a prefix
-    whose last letter run has length r (shapes ``(V,)``)::
-
-        allowed[w] = longest_run[w] <= n  and  r + leading_run[w] <= n
-    """
-
-    def __init__(self, n: int) -> None:
-        self.n = check_positive_int("n", n)
-
-    def __call__(self, text: str) -> bool:
-        return all(e - s <= self.n for s, e in _alpha_runs(text))
-
-    def allowed_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
-        if not self(text):
-            return torch.zeros(lm.vocab_size, dtype=torch.bool, device=lm.device)
-        stats = _word_stats(lm)
-        r = _trailing_run(text)
-        mask = (stats["longest"] <= self.n) & (stats["lead"] <= self.n - r)  # (V,)
-        mask[list(lm.eos_token_ids)] = True
-        return mask
-
-    def __repr__(self) -> str:
-        return f"max_word_length({self.n})"
-
-
-def max_word_length(n: int) -> MaxWordLength:
-    """Constraint: no word longer than ``n`` letters (LLaMPPL paper §2.2, "The Fed says" example)."""
-    return MaxWordLength(n)
-
-
-# ---------------------------------------------------------------------- banned_words
-class BannedWords(Constraint):
-    """No word (maximal run of letters) equals a banned word (case-insensitive by default).
-
-    A word is judged once it is complete: when a non-letter follows it, or at
-    the end of the string. So ``"the"`` is an allowed prefix when ``"the"`` is
-    banned (it may become ``"then"``), but the string may not end there.
-    Mask for a prefix whose unfinished last word is u (shapes ``(V,)``): a token
-    is refused if a word completed inside it is banned, or if it contains a
-    non-letter and ``u + leading_letters(token)`` is banned.
-    """
-
-    def __init__(self, words: Iterable[str], case_sensitive: bool = False) -> None:
-        if isinstance(words, str) or not isinstance(words, Iterable):
-            raise TypeError(f"words must be an iterable of strings, got {type(words).__name__}")
-        words = list(words)
-        if not words:
-            raise ValueError("words must contain at least one word")
-        for w in words:
-            if not isinstance(w, str) or not w or not w.isalpha():
-                raise ValueError(
-                    f"words must be non-empty strings of letters (str.isalpha), got {w!r}"
-                )
-        self.case_sensitive = bool(case_sensitive)
-        self.words = frozenset(self._fold(w) for w in words)
-
-    def _fold(self, s: str) -> str:
-        return s if self.case_sensitive else s.casefold()  # casefold maps character by character
-
-    def _completed_words(self, text: str, include_last: bool) -> list[str]:
-        return [text[s:e] for s, e in _alpha_runs(text) if include_last or e < len(text)]
-
-    def __call__(self, text: str) -> bool:
-        return not any(self._fold(w) in self.words for w in self._completed_words(text, False))
-
-    def accepts_end(self, text: str) -> bool:
-        return not any(self._fold(w) in self.words for w in self._completed_words(text, True))
-
-    def _tables(self, lm: LanguageModel) -> dict[str, Any]:
-        inner_banned, lead_ids = [], collections.defaultdict(list)
-        for i, text in enumerate(lm.vocab):
-            runs = _alpha_runs(text)
-            # words that start after a non-letter and end before one, all inside the token
-            inner = [text[s:e] for s, e in runs if s > 0 and e < len(text)]
-            inner_banned.append(any(self._fold(w) in self.words for w in inner))
-            if any(not ch.isalpha() for ch in text):  # its leading run completes the pending word
-                lead_ids[self._fold(text[: leading_letters(text)])].append(i)
-        dev = lm.device
-        return {
-            "inner_ok": ~torch.tensor(inner_banned, dtype=torch.bool, device=dev),  # (V,)
-            "lead_ids": {
-                k: torch.tensor(v, dtype=torch.long, device=dev) for k, v in lead_ids.items()
-            },
-        }
-
-    def allowed_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
-        if not self(text):
-            return torch.zeros(lm.vocab_size, dtype=torch.bool, device=lm.device)
-        tables = lm_table(lm, ("banned_words", self.words, self.case_sensitive), self._tables)
-        mask = tables["inner_ok"].clone()  # (V,)
-        pending = self._fold(text[len(text) - _trailing_run(text) :])
-        for word in self.words:
-            if word.startswith(pending):
-                ids = tables["lead_ids"].get(word[len(pending) :])
-                if ids is not None:
-                    mask[ids] = False
-        mask[list(lm.eos_token_ids)] = self.accepts_end(text)
-        return mask
-
-    def __repr__(self) -> str:
-        return f"banned_words({sorted(self.words)!r})"
-
-
-def banned_words(words: Iterable[str], case_sensitive: bool = False) -> BannedWords:
-    """Constraint: none of ``words`` appears as a whole word."""
-    return BannedWords(words, case_sensitive)
-
-
-# ---------------------------------------------------------------------- regex_prefix
-def _first_char_groups(lm: LanguageModel) -> list[tuple[str, list[tuple[int, str]]]]:
-    groups: dict[str, list[tuple[int, str]]] = collections.defaultdict(list)
-    for i, text in enumerate(lm.vocab):
-        groups[text[:1]].append((i, text))
-    return list(groups.items())
-
-
-class RegexPrefix(Constraint):
-    """The text is a prefix of a full match of ``pattern``; it may end only on a full match.
-
-    Uses the ``regex`` package's partial matching: ``s`` is in C iff
-    ``pattern.fullmatch(s, partial=True)`` matches. If ``s + c`` cannot be
-    extended to a match then neither can ``s + c + ...``, so the mask tests each
-    distinct first character of the vocabulary once and only tests the tokens
-    whose first character survives. Cost per distinct prefix: at most
-    (#first characters + V) regex calls, each O(len(s)); masks are memoised per
-    prefix (an LRU of ``cache_size`` entries per LM). Lookarounds and
-    backreferences are supported as far as the ``regex`` engine's partial
-    matching supports them.
-    """
-
-    def __init__(
-        self, pattern: str | regex.Pattern | re.Pattern, flags: int = 0, cache_size: int = 256
-    ) -> None:
-        if isinstance(pattern, re.Pattern):  # a stdlib pattern: recompile with the `regex` engine
-            pattern, flags = pattern.pattern, flags | (pattern.flags & ~re.UNICODE)
-        if not isinstance(pattern, (str, regex.Pattern)):
-            raise TypeError(
-                f"pattern must be a str or compiled regex, got {type(pattern).__name__}"
-            )
-        try:
-            self.pattern = regex.compile(pattern, flags) if isinstance(pattern, str) else pattern
-        except regex.error as exc:
-            raise ValueError(f"pattern is not a valid regular expression: {exc}") from exc
-        self.cache_size = check_positive_int("cache_size", cache_size)
-        self._masks: PerLM[LRU[str, torch.Tensor]] = PerLM(lambda lm: LRU(self.cache_size))
-
-    def __call__(self, text: str) -> bool:
-        return self.pattern.fullmatch(text, partial=True) is not None
-
-    def accepts_end(self, text: str) -> bool:
-        return self.pattern.fullmatch(text) is not None
-
-    def allowed_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
-        lru = self._masks(lm)
-        mask = lru.get(text)
-        if mask is None:
-            mask = self._compute_mask(lm, text)
-            lru.put(text, mask)
-        return mask.clone()
-
-    def _compute_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
-        allowed: list[int] = []
-        if self(text):
-            partial = self.pattern.fullmatch
-            for first, members in lm_table(lm, "first_char_groups", _first_char_groups):
-                if first and partial(text + first, partial=True) is None:
-                    continue  # no token starting with `first` can follow `text`
-                allowed += [i for i, t in members if partial(text + t, partial=True) is not None]
-        mask = torch.zeros(lm.vocab_size, dtype=torch.bool)
-        mask[allowed] = True
-        mask[list(lm.eos_token_ids)] = self(text) and self.accepts_end(text)
-        return mask.to(lm.device)
-
-    def __repr__(self) -> str:
-        return f"regex_prefix({self.pattern.pattern!r})"
-
-
-def regex_prefix(pattern: str | regex.Pattern | re.Pattern, flags: int = 0) -> RegexPrefix:
-    """Constraint: the generated text stays a prefix of a full match of ``pattern`` (``regex`` syntax)."""
-    return RegexPrefix(pattern, flags)
+def finish_rows(
+    masks: torch.Tensor, ends: torch.Tensor, end_ids: list[int], final: torch.Tensor
+) -> torch.Tensor:
+    """Apply the end rules to ``(B, V)`` masks in place: rows with ``final[b]`` keep only the
+    end tokens ``end_ids``, whose entries become ``ends[b]`` in every row."""
+    cols = torch.as_tensor(end_ids, device=masks.device)
+    final = final.to(masks.device)
+    if bool(final.any()):
+        masks[final] = 0
+    masks[:, cols] = ends.to(device=masks.device, dtype=masks.dtype)[:, None]
+    return masks

@@ -39,21 +39,29 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-from llamppl.validation import is_integer
+import torch
 
+from llamppl.lm.base import LanguageModel
+
+from .constraints import Constraint, ConstraintFailure
+from .grammar_masks import allowed_masks, apply_masks, forced_token
+from .grammar_matcher import MatcherState, require_llguidance
 from .json_check import SchemaCheck, normalize_schema
 from .schema_budget import (
     MAX_ARRAY_ITEMS,
     MAX_DECIMALS,
     MAX_STRING_LENGTH,
-    budget_schema,
+    WHITESPACE,
+    JSONBudget,
     cap_sizes,
+    json_budget,
 )
 
 __all__ = [
     "Grammar",
     "require_llguidance",
     "json_grammar",
+    "JSONBudget",
     "cap_sizes",
     "WHITESPACE",
     "MAX_STRING_LENGTH",
@@ -61,21 +69,9 @@ __all__ = [
     "MAX_DECIMALS",
 ]
 
-_INSTALL_HINT = "grammar constraints need the llguidance package: pip install 'llamppl[grammar]'"
-WHITESPACE = ("compact", "flexible")
 _RELAX = {"coerce_one_of": True, "lenient": True}
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 256
-
-
-def require_llguidance():
-    """Import ``llguidance`` or raise an ImportError saying what to install."""
-    try:
-        import llguidance
-        import llguidance.torch  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError(_INSTALL_HINT) from exc
-    return llguidance
 
 
 def _engine_error(spec: str) -> str | None:
@@ -86,10 +82,17 @@ def _engine_error(spec: str) -> str | None:
     return None
 
 
-class Grammar:
-    """A grammar compiled for llguidance, validated at construction.
+class Grammar(Constraint):
+    """A grammar compiled for llguidance, validated at construction; a constraint.
 
-    Build with :meth:`from_json_schema`, :meth:`from_regex` or :meth:`from_lark`.
+    Build with :meth:`from_json_schema`, :meth:`from_regex` or :meth:`from_lark`. As a
+    :class:`~llamppl.decoding.constraints.Constraint` its state is a
+    :class:`~llamppl.decoding.grammar_matcher.MatcherState`: the prefix check asks the
+    matcher whether a token may come next, the complete check is "the matcher accepts"
+    and, for a JSON Schema, the full ``jsonschema`` check of the text (the final
+    potential), and the batched mask is llguidance's (one engine call for all
+    particles). ``grammar & predicate`` adds a Python check, for example on the values
+    of a JSON object.
 
     Attributes
     ----------
@@ -130,17 +133,19 @@ class Grammar:
         max_array_items: int | None = MAX_ARRAY_ITEMS,
         closed_objects: bool = True,
         max_decimals: int | None = MAX_DECIMALS,
+        budget: JSONBudget | None = None,
     ) -> Grammar:
-        """JSON Schema given as a dict, a JSON string, or a pydantic model class (cached)."""
-        return json_grammar(
-            schema,
+        """JSON Schema given as a dict, a JSON string, or a pydantic model class (cached);
+        the budget as ``budget=`` or as its separate keywords (:func:`json_grammar`)."""
+        budget = json_budget(
+            budget,
             whitespace=whitespace,
-            relax=relax,
             max_string_length=max_string_length,
             max_array_items=max_array_items,
             closed_objects=closed_objects,
             max_decimals=max_decimals,
         )
+        return json_grammar(schema, relax=relax, budget=budget)
 
     @classmethod
     def from_regex(cls, regex: str) -> Grammar:
@@ -155,6 +160,45 @@ class Grammar:
         if not isinstance(lark, str):
             raise TypeError(f"lark must be a str, got {type(lark).__name__}")
         return cls("lark", lark, require_llguidance().LLMatcher.grammar_from_lark(lark))
+
+    # ------------------------------------------------------------ the constraint protocol
+    cheap_mask = True
+
+    def start(self, lm: LanguageModel) -> MatcherState:
+        return MatcherState(lm, self)
+
+    def allows(self, lm: LanguageModel, state: MatcherState, token: int) -> bool:
+        return state.allows(token)
+
+    def ends(self, lm: LanguageModel, state: MatcherState) -> bool:
+        if not state.accepting:
+            return False
+        return self.check is None or self.check(lm.decode(state.consumed))
+
+    def end_failure(self, lm: LanguageModel, state: MatcherState) -> str | None:
+        """Why an accepting state may not end: the schema check's error (None otherwise)."""
+        if state.accepting and self.check is not None and not self.check(lm.decode(state.consumed)):
+            return f"schema check: {self.check.last_error}"
+        return None
+
+    def advance(self, lm: LanguageModel, state: MatcherState, token: int) -> MatcherState:
+        if not state.consume(token):
+            error = state.engine_error or "the engine rejected a token it allowed"
+            raise ConstraintFailure(f"grammar engine: {error.splitlines()[0]}")
+        return state
+
+    def masks(self, lm: LanguageModel, states) -> torch.Tensor:
+        return allowed_masks(lm, list(states))
+
+    def masked_probs(self, lm, states, log_probs, ends, end_ids, final):
+        """:func:`~llamppl.decoding.grammar_masks.apply_masks`: the bit-level fast path."""
+        return apply_masks(lm, list(states), log_probs, final, ends=ends, end_ids=end_ids)
+
+    def forced(self, lm: LanguageModel, state: MatcherState) -> int | None:
+        return forced_token(state)
+
+    def text_of(self, lm: LanguageModel, state: MatcherState) -> str:
+        return lm.decode(state.consumed)
 
     def __deepcopy__(self, memo) -> Grammar:
         return self  # immutable: particles share it
@@ -187,11 +231,6 @@ def _compile_tiers(
     return spec, error, reasons
 
 
-def _check_budget(name: str, value: Any) -> None:
-    if value is not None and (not is_integer(value) or value < 1):
-        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
-
-
 def json_grammar(
     schema: Any,
     *,
@@ -201,6 +240,7 @@ def json_grammar(
     max_array_items: int | None = MAX_ARRAY_ITEMS,
     closed_objects: bool = True,
     max_decimals: int | None = MAX_DECIMALS,
+    budget: JSONBudget | None = None,
 ) -> Grammar:
     """The (cached) :class:`Grammar` of a JSON Schema: exact tier, else relaxed tier.
 
@@ -208,11 +248,15 @@ def json_grammar(
     ----------
     schema : dict | str | type
         JSON Schema (dict or JSON text) or a pydantic v2 model class.
+    relax : bool
+        Fall back to the relaxed tier (module docstring) when the exact one fails.
+    budget : JSONBudget | None
+        The whitespace and size budget as one value
+        (:class:`~llamppl.decoding.schema_budget.JSONBudget`); or give its fields as the
+        separate keywords below (not both).
     whitespace : {"compact", "flexible"}
         ``"compact"``: no whitespace between JSON tokens (the default: the LM cannot
         spend its budget on indentation). ``"flexible"``: JSON whitespace allowed.
-    relax : bool
-        Fall back to the relaxed tier (module docstring) when the exact one fails.
     max_string_length, max_array_items : int | None
         The size budget (module docstring); ``None``: unbounded.
     closed_objects : bool
@@ -223,41 +267,26 @@ def json_grammar(
         Decimals per free number, and fewer than 16 integer digits where a number has no
         bound (the same budget, default 6); ``None``: unbounded.
     """
-    if whitespace not in WHITESPACE:
-        raise ValueError(f"whitespace must be one of {WHITESPACE}, got {whitespace!r}")
+    budget = json_budget(
+        budget,
+        whitespace=whitespace,
+        max_string_length=max_string_length,
+        max_array_items=max_array_items,
+        closed_objects=closed_objects,
+        max_decimals=max_decimals,
+    )
     if not isinstance(relax, bool):
         raise TypeError(f"relax must be a bool, got {type(relax).__name__}")
-    if not isinstance(closed_objects, bool):
-        raise TypeError(f"closed_objects must be a bool, got {type(closed_objects).__name__}")
-    _check_budget("max_string_length", max_string_length)
-    _check_budget("max_array_items", max_array_items)
-    _check_budget("max_decimals", max_decimals)
     schema = normalize_schema(schema)
-    key = (
-        json.dumps(schema, sort_keys=True, default=str),
-        whitespace,
-        relax,
-        max_string_length,
-        max_array_items,
-        closed_objects,
-        max_decimals,
-    )
+    key = (json.dumps(schema, sort_keys=True, default=str), budget, relax)
     grammar = _CACHE.get(key)
     if grammar is not None:
         _CACHE.move_to_end(key)
         return grammar
-    options = {"whitespace_flexible": whitespace == "flexible"}
-    spec, error, reasons = _compile_tiers(
-        budget_schema(schema, max_string_length, max_array_items, closed_objects, max_decimals),
-        options,
-        relax,
-    )
-    if spec is None and closed_objects:  # closing made it unsatisfiable: the open budget
-        spec, _, reasons = _compile_tiers(
-            budget_schema(schema, max_string_length, max_array_items, False, max_decimals),
-            options,
-            relax,
-        )
+    options = {"whitespace_flexible": budget.whitespace == "flexible"}
+    spec, error, reasons = _compile_tiers(budget.apply(schema), options, relax)
+    if spec is None and budget.closed_objects:  # closing made it unsatisfiable: the open budget
+        spec, _, reasons = _compile_tiers(budget.apply(schema, closed=False), options, relax)
     if spec is None:
         hint = (
             "; the schema exceeds the grammar engine's limits: fewer optional properties, or "

@@ -1,6 +1,9 @@
 """Adapter over the ``llguidance`` grammar engine: grammars, tokenizers, matchers, batched masks.
 
-The batched masks live in :mod:`~llamppl.decoding.grammar_masks` and are re-exported here.
+The facade of three layers, whose names it re-exports: :mod:`~llamppl.decoding.grammar_matcher`
+(tokenizers and one particle's matcher), :mod:`~llamppl.decoding.grammar_masks` (the batched
+masks) and :mod:`~llamppl.decoding.grammar_compile` (:class:`Grammar`, a constraint of the
+protocol of :mod:`~llamppl.decoding.constraints`); :func:`make_grammar` is its own.
 
 With ``grammar_compile``, the only modules importing ``llguidance`` (optional:
 ``pip install 'llamppl[grammar]'``; imported lazily). It offers:
@@ -38,19 +41,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from llamppl.lm.base import LanguageModel
-from llamppl.lm.memo import LRU, PerLM
-
-from .grammar_compile import (
-    MAX_ARRAY_ITEMS,
-    MAX_DECIMALS,
-    MAX_STRING_LENGTH,
-    Grammar,
-    require_llguidance,
-)
+from .grammar_compile import MAX_ARRAY_ITEMS, MAX_DECIMALS, MAX_STRING_LENGTH, Grammar
 from .grammar_masks import MaskBatcher, allowed_masks, apply_masks, forced_token, mask_batcher
+from .grammar_matcher import MatcherState, ll_tokenizer
+from .schema_budget import JSONBudget, json_budget
 
 __all__ = [
     "Grammar",
@@ -65,124 +59,6 @@ __all__ = [
 ]
 
 
-class _VocabTokenizer:
-    """The tokenizer protocol llguidance's ``TokenizerWrapper`` expects, over a token list.
-
-    Used for LMs without an HF fast tokenizer (``FunctionLM``): token i is
-    ``lm.vocab[i]`` in UTF-8, EOS/BOS are special (empty bytes); encoding is greedy
-    longest match (llguidance only uses it for token healing hints).
-    """
-
-    def __init__(self, lm: LanguageModel) -> None:
-        special = {lm.eos_token_id} | ({lm.bos_token_id} - {None})
-        self.eos_token_id = lm.eos_token_id
-        self.bos_token_id = lm.bos_token_id
-        self.special_token_ids = sorted(special)
-        self.tokens = [b"" if i in special else t.encode() for i, t in enumerate(lm.vocab)]
-        self._by_length = sorted(
-            (i for i in range(len(self.tokens)) if self.tokens[i]),
-            key=lambda i: -len(self.tokens[i]),
-        )
-
-    def __call__(self, text: bytes | str) -> list[int]:
-        data = text.encode() if isinstance(text, str) else bytes(text)
-        ids, pos = [], 0
-        while pos < len(data):
-            for i in self._by_length:
-                if data.startswith(self.tokens[i], pos):
-                    ids.append(i)
-                    pos += len(self.tokens[i])
-                    break
-            else:
-                pos += 1  # a byte no token spells: skip it
-        return ids
-
-
-def _build_ll_tokenizer(lm: LanguageModel):
-    llg = require_llguidance()
-    hf = getattr(lm, "tokenizer", None)
-    if hf is not None and getattr(hf, "is_fast", False):
-        import llguidance.hf
-
-        return llguidance.hf.from_tokenizer(hf, n_vocab=lm.vocab_size, eos_token=lm.eos_token_id)
-    return llg.LLTokenizer(llg.TokenizerWrapper(_VocabTokenizer(lm)), slices=[])
-
-
-_TOKENIZERS = PerLM(_build_ll_tokenizer)
-
-
-def ll_tokenizer(lm: LanguageModel):
-    """The llguidance ``LLTokenizer`` for ``lm`` (built once per LM, ~1 s for a 49k vocabulary)."""
-    if not isinstance(lm, LanguageModel):
-        raise TypeError(f"lm must be a LanguageModel, got {type(lm).__name__}")
-    return _TOKENIZERS(lm)
-
-
-_TEMPLATES = PerLM(lambda lm: LRU(64))  # per LM: grammar spec -> fresh LLMatcher
-
-
-def _template(lm: LanguageModel, grammar: Grammar):
-    """The fresh ``LLMatcher`` of ``grammar`` for ``lm``, built once (lexer build) and kept."""
-    per_lm = _TEMPLATES(lm)
-    matcher = per_lm.get(grammar.spec)
-    if matcher is None:
-        llg = require_llguidance()
-        matcher = llg.LLMatcher(ll_tokenizer(lm), grammar.spec, log_level=0)
-        if matcher.is_error():
-            raise ValueError(
-                f"invalid {grammar.kind}: llguidance says: {matcher.get_error().strip()}"
-            )
-        per_lm.put(grammar.spec, matcher)
-    return matcher
-
-
-class MatcherState:
-    """One particle's grammar matcher over the tokens generated so far.
-
-    ``copy.deepcopy`` (hence ``Model.clone``) copies the matcher with
-    ``LLMatcher.deep_copy()``; the LM and the grammar are shared. ``engine_error`` is
-    llguidance's message when the engine failed (a limit: "Too many items").
-    """
-
-    def __init__(self, lm: LanguageModel, grammar: Grammar) -> None:
-        self.lm, self.grammar = lm, grammar
-        self.matcher = _template(lm, grammar).deep_copy()
-        self.consumed: list[int] = []
-        self.engine_error: str | None = None
-        self.filled: torch.Tensor | None = None  # (1, W) bitmask of this state, if computed
-
-    @property
-    def accepting(self) -> bool:
-        """Whether the text so far is a complete sentence of the grammar (EOS allowed)."""
-        return self.matcher.is_accepting()
-
-    def consume(self, token_id: int) -> bool:
-        """Advance by a non-EOS token; False (and the state is dead) if the grammar forbids it."""
-        ok = self.matcher.consume_token(int(token_id))
-        self.consumed.append(int(token_id))
-        self.filled = None
-        if self.matcher.is_error():
-            self.engine_error = self.matcher.get_error().strip()
-            return False
-        return bool(ok)
-
-    def allows(self, token_id: int) -> bool:
-        """Whether the grammar allows the non-EOS token next (the state does not move)."""
-        return self.matcher.validate_tokens([int(token_id)]) == 1
-
-    def state_key(self) -> tuple:
-        return (self.grammar.spec, tuple(self.consumed))
-
-    def __deepcopy__(self, memo) -> MatcherState:
-        new = object.__new__(MatcherState)
-        new.lm, new.grammar = self.lm, self.grammar
-        new.matcher = self.matcher.deep_copy()
-        new.consumed = list(self.consumed)
-        new.engine_error = self.engine_error
-        new.filled = self.filled  # never written in place: shared by the copies
-        return new
-
-
 def make_grammar(
     grammar: Grammar | None = None,
     *,
@@ -194,13 +70,23 @@ def make_grammar(
     max_array_items: int | None = MAX_ARRAY_ITEMS,
     closed_objects: bool = True,
     max_decimals: int | None = MAX_DECIMALS,
+    budget: JSONBudget | None = None,
 ) -> Grammar:
     """A :class:`Grammar` from exactly one of ``grammar``, ``json_schema``, ``regex``, ``lark``.
 
-    ``whitespace`` (``"compact"`` or ``"flexible"``) and the size budget
-    (``max_string_length``, ``max_array_items``, ``closed_objects``, ``max_decimals``) apply to
-    ``json_schema`` (:func:`~llamppl.decoding.grammar_compile.json_grammar`).
+    The JSON budget — ``budget=`` (a :class:`~llamppl.decoding.schema_budget.JSONBudget`)
+    or its separate keywords ``whitespace``, ``max_string_length``, ``max_array_items``,
+    ``closed_objects``, ``max_decimals`` — applies to ``json_schema``
+    (:func:`~llamppl.decoding.grammar_compile.json_grammar`).
     """
+    budget = json_budget(
+        budget,
+        whitespace=whitespace,
+        max_string_length=max_string_length,
+        max_array_items=max_array_items,
+        closed_objects=closed_objects,
+        max_decimals=max_decimals,
+    )
     given = {
         k: v
         for k, v in (
@@ -225,14 +111,7 @@ def make_grammar(
             )
         return value
     if kind == "json_schema":
-        return Grammar.from_json_schema(
-            value,
-            whitespace=whitespace,
-            max_string_length=max_string_length,
-            max_array_items=max_array_items,
-            closed_objects=closed_objects,
-            max_decimals=max_decimals,
-        )
+        return Grammar.from_json_schema(value, budget=budget)
     return {
         "regex": Grammar.from_regex,
         "lark": Grammar.from_lark,

@@ -1,8 +1,7 @@
 """Batched grammar masks: the allowed tokens of many particles' matchers in one engine call.
 
-The mask half of the llguidance adapter (:mod:`~llamppl.decoding.grammar_engine` has the
-grammars, tokenizers and :class:`~llamppl.decoding.grammar_engine.MatcherState`; it
-re-exports every name here):
+The mask layer of the llguidance adapter, over :class:`~llamppl.decoding.grammar_matcher.MatcherState`
+(:mod:`~llamppl.decoding.grammar_engine` re-exports every name here):
 
 - :func:`allowed_masks` — the masks of many matchers at once: particles in the same
   matcher state (clones after resampling) share one filled row; one llguidance call fills a
@@ -22,7 +21,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,12 +28,16 @@ from llamppl.batching import Coalescer
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import PerLM
 
-from .grammar_compile import require_llguidance
+from .constraints import finish_rows
+from .grammar_matcher import MatcherState, require_llguidance
 
-if TYPE_CHECKING:  # the states are only read here; grammar_engine imports this module
-    from .grammar_engine import MatcherState
-
-__all__ = ["MaskBatcher", "allowed_masks", "apply_masks", "forced_token", "mask_batcher"]
+__all__ = [
+    "MaskBatcher",
+    "allowed_masks",
+    "apply_masks",
+    "forced_token",
+    "mask_batcher",
+]
 
 
 def allowed_masks(
@@ -175,25 +177,27 @@ def apply_masks(
     log_probs: torch.Tensor,
     final: torch.Tensor,
     *,
+    ends: torch.Tensor | None = None,
+    end_ids: list[int] | None = None,
     overwrite: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Masked next-token probabilities and log allowed masses for a batch of particles.
 
     ``log_probs`` is ``(B, V)``; ``final`` is ``(B,)`` bool (rows whose next token
-    must be EOS: only EOS stays allowed, if the matcher accepts). Returns ``q`` of
-    shape ``(B, V)`` with ``q[b, w] = p_b(w) 1_C(s_b w)`` (unnormalised) and
-    ``log G'`` of shape ``(B,)``, ``G'_b = Σ_w q[b, w]`` (the LLaMPPL paper's
-    allowed mass). Works with probabilities and a 0/1 float mask: one
-    multiplication applies all masks (no ``-inf`` arithmetic, slow on some CPUs).
-    ``overwrite=True`` computes ``q`` in the memory of ``log_probs`` (a tensor the
-    caller owns and no longer needs), so the step allocates no new ``(B, V)`` tensor.
+    must end the text: only end tokens stay allowed). End tokens are ``end_ids``
+    (default ``[lm.eos_token_id]``); they are allowed where ``ends`` (``(B,)`` bool,
+    default: the matcher accepts). Returns ``q`` of shape ``(B, V)`` with
+    ``q[b, w] = p_b(w) 1_C(s_b w)`` (unnormalised) and ``log G'`` of shape ``(B,)``,
+    ``G'_b = Σ_w q[b, w]`` (the LLaMPPL paper's allowed mass). Works with probabilities
+    and a 0/1 float mask: one multiplication applies all masks (no ``-inf`` arithmetic,
+    slow on some CPUs). ``overwrite=True`` computes ``q`` in the memory of ``log_probs``
+    (a tensor the caller owns and no longer needs), so the step allocates no new
+    ``(B, V)`` tensor.
     """
     bits, accepting = _filled_bits(lm, states)
     masks = _unpack(bits, lm.vocab_size, log_probs.dtype, out=_scratch(bits, log_probs.dtype))
-    masks[:, lm.eos_token_id] = accepting.to(log_probs.dtype)
-    if bool(final.any()):
-        masks[final, : lm.eos_token_id] = 0
-        masks[final, lm.eos_token_id + 1 :] = 0
+    ends = accepting if ends is None else ends.to(accepting.device)
+    finish_rows(masks, ends, [lm.eos_token_id] if end_ids is None else end_ids, final)
     q = log_probs.exp_() if overwrite else log_probs.exp()
     q.mul_(masks)  # (B, V): the one application of the masks
     return q, q.sum(dim=-1).log()

@@ -19,7 +19,8 @@ import torch
 from llamppl.context import LMContext, LMNextToken
 from llamppl.distributions import Distribution
 from llamppl.rng import current_rng
-from llamppl.token import Token, gather_row, sample_row
+from llamppl.row_sampling import gather_row, sample_row
+from llamppl.token import Token
 from llamppl.validation import check_real_range
 
 from .power_law import PowerLawSampler

@@ -26,13 +26,26 @@ sub-language, sampled exactly::
     budget_schema({"type": "object", "properties": {"a": {"type": "string"}}}, 32, 4)
     # {'type': 'object', 'properties': {'a': {'type': 'string', 'maxLength': 32}},
     #  'additionalProperties': False}
+
+The budget's settings, with the text's whitespace, form one hashable value,
+:class:`JSONBudget` (the compiled-grammar cache's key), accepted as ``budget=`` by every
+function that compiles a schema beside the separate keywords::
+
+    budget = JSONBudget(max_string_length=64, max_array_items=8)
+    generate_json(lm, prompt, schema, budget=budget)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from llamppl.validation import is_integer
+
 __all__ = [
+    "JSONBudget",
+    "json_budget",
+    "WHITESPACE",
     "budget_schema",
     "cap_sizes",
     "close_objects",
@@ -47,6 +60,7 @@ MAX_STRING_LENGTH = 32
 MAX_ARRAY_ITEMS = 4
 MAX_DECIMALS = 6
 INTEGER_DIGITS = 15
+WHITESPACE = ("compact", "flexible")
 _STRING_FIXED = ("maxLength", "pattern", "format", "enum", "const")
 _ARRAY_FIXED = ("maxItems", "enum", "const", "prefixItems")
 
@@ -230,3 +244,78 @@ def budget_schema(
     if closed:
         schema = close_objects(bound_free_values(schema), max_string_length)
     return cap_sizes(schema, max_string_length, max_array_items, max_decimals)
+
+
+def _check_size(name: str, value: Any) -> None:
+    if value is not None and (not is_integer(value) or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+
+
+@dataclass(frozen=True)
+class JSONBudget:
+    """The sub-language a JSON Schema is compiled to, as one hashable value.
+
+    Attributes
+    ----------
+    whitespace : {"compact", "flexible"}
+        ``"compact"``: no whitespace between JSON tokens (the LM cannot spend its token
+        budget on indentation); ``"flexible"``: JSON's free whitespace.
+    max_string_length, max_array_items : int | None
+        Characters per free string and items per free array (module docstring);
+        ``None``: unbounded.
+    closed_objects : bool
+        Objects that list ``properties`` get only those keys, and a map's keys at most
+        ``max_string_length`` characters (XGrammar's default ``strict_mode``); ``False``:
+        JSON Schema's open objects.
+    max_decimals : int | None
+        Decimals per free number, and fewer than 16 integer digits where a number has
+        no bound; ``None``: unbounded.
+    """
+
+    whitespace: str = "compact"
+    max_string_length: int | None = MAX_STRING_LENGTH
+    max_array_items: int | None = MAX_ARRAY_ITEMS
+    closed_objects: bool = True
+    max_decimals: int | None = MAX_DECIMALS
+
+    def __post_init__(self) -> None:
+        if self.whitespace not in WHITESPACE:
+            raise ValueError(f"whitespace must be one of {WHITESPACE}, got {self.whitespace!r}")
+        if not isinstance(self.closed_objects, bool):
+            raise TypeError(
+                f"closed_objects must be a bool, got {type(self.closed_objects).__name__}"
+            )
+        _check_size("max_string_length", self.max_string_length)
+        _check_size("max_array_items", self.max_array_items)
+        _check_size("max_decimals", self.max_decimals)
+
+    def apply(self, schema: Any, closed: bool | None = None) -> Any:
+        """:func:`budget_schema` of ``schema`` under this budget (``closed`` overrides
+        ``closed_objects``)."""
+        closed = self.closed_objects if closed is None else closed
+        return budget_schema(
+            schema, self.max_string_length, self.max_array_items, closed, self.max_decimals
+        )
+
+
+_DEFAULT = JSONBudget()
+
+
+def json_budget(budget: JSONBudget | None = None, **keywords: Any) -> JSONBudget:
+    """The budget asked for by ``budget=`` or by the separate keywords (not both).
+
+    A keyword left at its default counts as not given; ``ValueError`` when ``budget`` and
+    a keyword that differs from its default are both given, ``TypeError`` for a
+    ``budget`` that is not a :class:`JSONBudget`.
+    """
+    changed = {k: v for k, v in keywords.items() if v != getattr(_DEFAULT, k)}
+    if budget is None:
+        return JSONBudget(**keywords)
+    if not isinstance(budget, JSONBudget):
+        raise TypeError(f"budget must be a JSONBudget, got {type(budget).__name__}")
+    if changed:
+        raise ValueError(
+            f"give budget= or the keywords {sorted(changed)}, not both "
+            "(set them on the JSONBudget: dataclasses.replace(budget, ...))"
+        )
+    return budget

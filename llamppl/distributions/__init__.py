@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from ..rng import current_rng
-from ..token import Token, gather_row, sample_index, sample_row
+from ..row_sampling import gather_row, sample_index, sample_row
+from ..token import Token
 from ..validation import check_unit_interval
 
 __all__ = [

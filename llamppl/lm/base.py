@@ -26,7 +26,7 @@ import torch
 from ..batching import Coalescer
 from ..validation import is_integer
 
-__all__ = ["LMStats", "LanguageModel", "validate_token_ids"]
+__all__ = ["LMStats", "LanguageModel", "validate_token_ids", "check_contexts"]
 
 
 def validate_token_ids(
@@ -60,6 +60,23 @@ def validate_token_ids(
             )
         out.append(t)
     return tuple(out)
+
+
+def check_contexts(
+    contexts: Sequence[Sequence[int]], max_positions: int | None, bos_token_id: int | None
+) -> None:
+    """``ValueError`` naming the context that is empty or longer than ``max_positions``."""
+    for i, c in enumerate(contexts):
+        if len(c) == 0:
+            hint = "" if bos_token_id is None else f" (e.g. the BOS token {bos_token_id})"
+            raise ValueError(
+                "token_ids must be non-empty: a causal LM needs at least one token to condition on"
+                + hint
+            )
+        if max_positions and len(c) > max_positions:
+            raise ValueError(
+                f"context {i} has {len(c)} tokens, more than the model's {max_positions} positions"
+            )
 
 
 @dataclass

@@ -37,7 +37,6 @@ from .trie import TrieNode
 __all__ = [
     "Request",
     "RowPlan",
-    "check_contexts",
     "common_ancestor",
     "count_new_tokens",
     "group_paths",
@@ -59,23 +58,6 @@ class Request:
     def suffix(self) -> tuple[int, ...]:
         """The tokens past the cached prefix."""
         return self.context[self.n_matched :]
-
-
-def check_contexts(
-    contexts: Sequence[Sequence[int]], max_positions: int | None, bos_token_id: int | None
-) -> None:
-    """``ValueError`` naming the context that is empty or longer than ``max_positions``."""
-    for i, c in enumerate(contexts):
-        if len(c) == 0:
-            hint = "" if bos_token_id is None else f" (e.g. the BOS token {bos_token_id})"
-            raise ValueError(
-                "token_ids must be non-empty: a causal LM needs at least one token to condition on"
-                + hint
-            )
-        if max_positions and len(c) > max_positions:
-            raise ValueError(
-                f"context {i} has {len(c)} tokens, more than the model's {max_positions} positions"
-            )
 
 
 def count_new_tokens(requests: Sequence[Request]) -> int:

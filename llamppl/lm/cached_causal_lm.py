@@ -55,9 +55,9 @@ from typing import Any
 import torch
 
 from ..threads import apply_default_threads
+from .base import check_contexts
 from .batch_plan import (
     Request,
-    check_contexts,
     count_new_tokens,
     group_paths,
     plan_rows,

@@ -4,7 +4,7 @@
 renormalised (LLaMPPL §2.2, proposal M'), ``gather_row(row, i, mask)`` and
 ``row_masses(row, mask, within)`` read the same renormalised row, all for every
 particle of a round in one ``[N, V]`` computation. The draws must be
-:func:`~llamppl.token.sample_index`'s on the masked ``log_softmax`` with the same
+:func:`~llamppl.row_sampling.sample_index`'s on the masked ``log_softmax`` with the same
 uniform, the log-normaliser exactly ``logsumexp`` over the allowed entries, and the
 DSL must no longer build a masked log-softmax per particle.
 """
@@ -21,7 +21,7 @@ from torch.overrides import TorchFunctionMode
 
 from inference import enumerate_exact, smc_standard
 from llamppl import LMContext, Model, run
-from llamppl.token import gather_row, row_masses, sample_index, sample_row, serve_rows
+from llamppl.row_sampling import gather_row, row_masses, sample_index, sample_row, serve_rows
 from tests.core.test_host_syncs import MaskedTokens, SyncCounter
 from tests.inference.programs import toy_lm
 

@@ -1,7 +1,7 @@
-"""Batched row reads (``llamppl.token.serve_rows``): exact draws, one host read per round.
+"""Batched row reads (``llamppl.row_sampling.serve_rows``): exact draws, one host read per round.
 
 The batched inverse-CDF draw must have exactly the law ``softmax(row)`` for every
-row, be the very draw :func:`~llamppl.token.sample_index` makes with the same
+row, be the very draw :func:`~llamppl.row_sampling.sample_index` makes with the same
 uniform, and read the results back to the host once for the whole round.
 """
 
@@ -13,7 +13,7 @@ import math
 import numpy as np
 import torch
 
-from llamppl.token import gather_row, row_masses, sample_index, sample_row, serve_rows
+from llamppl.row_sampling import gather_row, row_masses, sample_index, sample_row, serve_rows
 from tests.core.test_host_syncs import SyncCounter
 
 ROWS = torch.log(

@@ -15,6 +15,7 @@ from llamppl import FunctionLM, run
 from llamppl.decoding.grammar_engine import mask_batcher
 from llamppl.inference import enumerate_exact, smc_standard
 from llamppl.models import Grammar, GrammarConstraint
+from llamppl.models.constrained_tokens import mask_calls
 from llamppl.models.grammar import MaskedNextToken
 
 pytest.importorskip("llguidance")
@@ -142,7 +143,7 @@ class _LocalMasking(GrammarConstraint):
 
     async def step(self):
         log_probs = await self.context.next_token_logprobs()
-        q, log_mass = await self._batcher.apply(self.matcher, log_probs)
+        q, log_mass = await mask_batcher(self.context.lm).apply(self.matcher, log_probs)
         token = await self.sample(MaskedNextToken(self.context, q, log_mass))  # no score(G')
         if token == self.context.lm.eos_token_id:
             self.finish()
@@ -194,11 +195,11 @@ def test_clone_copies_the_matcher():
 
 def test_masks_of_a_step_are_computed_in_one_batch():
     lm = wavy_lm(REGEX_VOCAB)
-    batcher = mask_batcher(lm)
+    before = mask_calls(lm)
     model = GrammarConstraint(lm, [], regex="(ab|b)+c", max_tokens=7)
     result = run(smc_standard(model, 16, seed=0))
     # one llguidance call per SMC step for all 16 particles
-    assert batcher.flushes == len(result.history)
+    assert mask_calls(lm) - before == len(result.history)
 
 
 def test_eos_allowed_exactly_when_accepting():

@@ -16,7 +16,7 @@ jsonschema = pytest.importorskip("jsonschema")
 from grammar_lms import assert_exact, brute_force, wavy_lm  # noqa: E402
 
 from llamppl import run  # noqa: E402
-from llamppl.decoding import grammar_compile, grammar_engine  # noqa: E402
+from llamppl.decoding import grammar_engine, schema_budget  # noqa: E402
 from llamppl.decoding.grammar_compile import Grammar, cap_sizes, json_grammar  # noqa: E402
 from llamppl.decoding.grammar_engine import MatcherState, allowed_masks  # noqa: E402
 from llamppl.decoding.schema_budget import FREE_VALUE, bound_free_values, close_objects  # noqa: E402
@@ -245,7 +245,7 @@ def test_maps_get_short_keys_and_closed_grammars_compile_or_fall_back(monkeypatc
     assert _consumes(lm, json_grammar(LISTED, closed_objects=False), ["{", '"b":1', "}"])
     # a closed schema the engine cannot satisfy falls back to the open budget
     monkeypatch.setattr(
-        grammar_compile,
+        schema_budget,
         "budget_schema",
         lambda s, n, m, closed=True, d=None: {"not": {}} if closed else s,
     )

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from llamppl import FunctionLM, run
-from llamppl.decoding.constraints import AllOf, Constraint, MaxWordLength, PredicateConstraint
+from llamppl.decoding.constraints import AllOf, Constraint, PredicateConstraint
+from llamppl.decoding.text_constraints import MaxWordLength
 from llamppl.inference import enumerate_exact, smc_standard, smc_steer
 from llamppl.models import HardConstraint, banned_words, max_word_length, regex_prefix
 
@@ -75,8 +76,10 @@ def test_ready_made_predicates_meaning():
 
 
 # ---------------------------------------------------------------------- exact posterior
-def _brute_force(lm, c):
-    """Posterior and Z of the LM truncated at MAX_TOKENS tokens, conditioned on every prefix in C."""
+def _brute_force(lm, c, truncated="check"):
+    """Posterior and Z of the LM cut at MAX_TOKENS tokens, conditioned on every prefix in C;
+    a cut text is kept iff ``truncated`` says so (check: the complete check; keep: always;
+    drop: never)."""
     c = _as_obj(c)
     weights = {}
     for k in range(MAX_TOKENS + 1):
@@ -85,8 +88,13 @@ def _brute_force(lm, c):
             for seq in ends:
                 texts = ["".join(VOCAB[i] for i in body[:t]) for t in range(1, k + 1)]
                 ok = all(c(t) for t in texts)
+                last = texts[-1] if texts else ""
                 if seq[-1:] == (EOS,):
-                    ok = ok and c.accepts_end(texts[-1] if texts else "")
+                    ok = ok and c.accepts_end(last)
+                elif truncated == "check":
+                    ok = ok and c.accepts_end(last)
+                elif truncated == "drop":
+                    ok = False
                 if ok:
                     key = lm.decode(list(seq))
                     p = math.exp(lm.sequence_logprob(PROMPT, seq))
@@ -95,16 +103,22 @@ def _brute_force(lm, c):
     return {k: w / z for k, w in weights.items()}, z
 
 
+@pytest.mark.parametrize("truncated", ["check", "keep", "drop"])
 @pytest.mark.parametrize("name", CONSTRAINTS)
-def test_both_formulations_give_the_conditioned_lm(lm, name):
-    target, z = _brute_force(lm, CONSTRAINTS[name]())
+def test_every_formulation_gives_the_conditioned_lm(lm, name, truncated):
+    target, z = _brute_force(lm, CONSTRAINTS[name](), truncated)
     assert 0 < z < 1
-    for proposal in ("sample", "mask"):
+    for proposal in ("sample", "mask", "lazy"):
         model = HardConstraint(
-            lm, PROMPT, CONSTRAINTS[name](), proposal=proposal, max_tokens=MAX_TOKENS
+            lm,
+            PROMPT,
+            CONSTRAINTS[name](),
+            proposal=proposal,
+            max_tokens=MAX_TOKENS,
+            truncated=truncated,
         )
         exact = run(enumerate_exact(model))
-        assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10)
+        assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10), proposal
         assert exact.posterior.keys() == target.keys()
         for key, w in target.items():
             assert exact.posterior[key] == pytest.approx(w, abs=1e-10)

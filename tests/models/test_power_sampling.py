@@ -237,7 +237,7 @@ def test_output_is_drawn_from_final_particles_and_reproducible():
         ({"alpha": "4"}, TypeError, "alpha"),
         ({"n_particles": 0}, ValueError, "n_particles"),
         ({"n_particles": 2.5}, TypeError, "n_particles"),
-        ({"ess_threshold": 0.0}, ValueError, "ess_threshold"),
+        ({"ess_threshold": -0.1}, ValueError, "ess_threshold"),  # 0 is allowed: never resample
         ({"ess_threshold": 1.5}, ValueError, "ess_threshold"),
         ({"ramp_tokens": -1}, ValueError, "ramp_tokens"),
         ({"max_tokens": 0}, ValueError, "max_tokens"),

@@ -161,7 +161,7 @@ def test_one_target_batch_per_round_without_eos():
         ({"k": 1.5}, TypeError, "k must"),
         ({"n_particles": 0}, ValueError, "n_particles"),
         ({"max_tokens": 0}, ValueError, "max_tokens"),
-        ({"ess_threshold": 0.0}, ValueError, "ess_threshold"),
+        ({"ess_threshold": -0.1}, ValueError, "ess_threshold"),  # 0 is allowed: never resample
         ({"draft_temp": 0.0}, ValueError, "draft_temp"),
         ({"draft": FunctionLM(VOCAB[:4], 3, lambda c: [0.0] * 4)}, ValueError, "draft"),
         ({"draft": FunctionLM(VOCAB, 0, _draft_logits)}, ValueError, "draft"),

@@ -1,0 +1,80 @@
+"""The engine protocol: what every inference algorithm implements, and the adaptive SMC engine.
+
+An engine is a small object the shared loop
+(:func:`~llamppl.inference.steps.run_population`) drives::
+
+    particles = await engine.start(particles)                  # run every start hook
+    particles, info = await engine.step(particles, t, rng)     # extend → reweight → maybe resample
+    engine.stats()                                             # extra entries of SMCResult.stats
+
+``name`` labels the result, the run record and the progress bar;
+``population_factor`` says how many particles per slot are alive at once (K for
+SMC steering), for the memory check before a run. A new algorithm (adaptive
+tempering, twisted SMC, …) is one subclass of :class:`Engine` with a ``step``;
+recording, progress and the step limit come from the loop.
+
+:class:`SMC` is the engine of ``smc_standard``, ``importance_sampling`` and of the
+drivers built on them (Power-SMC, SMC-SD, structured generation): extend every
+live particle by one ``step`` (all LM requests in one batch), read the weights,
+resample by its :mod:`rule <llamppl.inference.rules>`. After resampling every
+weight is the log mean weight, so ``log_ml = log (1/N) Σ_i w_i`` stays the
+standard unbiased estimate of Z.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from llamppl.modeling import Model
+from llamppl.weights import logmeanexp
+
+from .particles import log_weights, resample_population, start_all, step_all
+from .rules import ResampleRule
+from .step_info import StepInfo, step_info
+
+__all__ = ["Engine", "SMC"]
+
+
+class Engine:
+    """Base of the engines (see the module docstring): override :meth:`step`."""
+
+    name: str = "engine"
+    population_factor: int = 1
+
+    async def start(self, particles: list[Model]) -> list[Model]:
+        """Run every particle's ``start`` hook concurrently; return the population."""
+        await start_all(particles)
+        return particles
+
+    async def step(
+        self, particles: list[Model], t: int, rng: np.random.Generator
+    ) -> tuple[list[Model], StepInfo]:
+        raise NotImplementedError(f"{type(self).__name__} must implement step()")
+
+    def stats(self) -> dict[str, Any]:
+        """Entries this engine adds to ``SMCResult.stats``."""
+        return {}
+
+
+class SMC(Engine):
+    """Sequential Monte Carlo with a resampling rule (:class:`~llamppl.inference.rules.Never`:
+    importance sampling)."""
+
+    def __init__(self, rule: ResampleRule, name: str = "smc_standard") -> None:
+        if not isinstance(rule, ResampleRule):
+            raise TypeError(f"rule must be a ResampleRule, got {type(rule).__name__}")
+        self.rule, self.name = rule, name
+
+    async def step(
+        self, particles: list[Model], t: int, rng: np.random.Generator
+    ) -> tuple[list[Model], StepInfo]:
+        await step_all(particles)  # extend: M_t for every live particle (one LM batch)
+        w = log_weights(particles)  # reweight: G_t already folded in by the primitives
+        population, ancestors = particles, None
+        if any(not p.done_stepping() for p in particles):
+            ancestors = self.rule.ancestors(w, rng)  # maybe resample
+        if ancestors is not None:
+            particles = resample_population(particles, ancestors, logmeanexp(w))
+        return particles, step_info(t, w, population, survivors=particles, ancestors=ancestors)

@@ -1,0 +1,56 @@
+"""Observers of the inference loop: they watch each step's :class:`~llamppl.inference.step_info.StepInfo`.
+
+The loop (:func:`~llamppl.inference.steps.run_population`) hands every step's info
+to its observers and knows nothing of what they do: the history kept on
+``SMCResult.history`` (:class:`History`), the progress bar (:class:`Progress`) and
+the run record (:class:`~llamppl.inference.record.RunRecorder`)::
+
+    history, bar = History(), Progress(None, "smc_standard")
+    for observe in (history.observe, bar.observe):
+        observe(info)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .step_info import StepInfo
+
+__all__ = ["History", "Progress"]
+
+
+class History:
+    """Keeps the summary of every step's info (no particles: none stays alive through it)."""
+
+    def __init__(self) -> None:
+        self.steps: list[StepInfo] = []
+
+    def observe(self, info: StepInfo) -> None:
+        self.steps.append(info.summary())
+
+
+class Progress:
+    """tqdm bar over inference steps; on when stderr is a TTY (or ``enabled=True``), off with LLAMPPL_PROGRESS=0."""
+
+    def __init__(self, enabled: bool | None, desc: str, unit: str = "step") -> None:
+        if enabled is None:
+            enabled = sys.stderr.isatty() and os.environ.get("LLAMPPL_PROGRESS", "1") != "0"
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(desc=desc, unit=unit, leave=True)
+
+    def update(self, **postfix: object) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(postfix, refresh=False)
+
+    def observe(self, info) -> None:
+        """Advance by one engine step (an observer of the loop): shows its ESS and live particles."""
+        self.update(ess=f"{info.ess:.1f}", live=info.n_live)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,239 @@
+"""Lazy exact token proposals: adaptive weighted rejection sampling (AWRS) with an unbiased weight.
+
+The token-masking proposal of the LLaMPPL paper (§2.2) needs the allowed set
+A = {w : s·w ∈ C} over the whole vocabulary before it draws: one check per token,
+49,152 calls of a user's predicate per particle per step. The lazy proposal checks
+only the tokens it draws (Lipkin et al., COLM 2025, "Fast Controlled Generation
+from Language Models with Adaptive Weighted Rejection Sampling"; the estimator and
+its proof below are our own derivation), and gives SMC the same target:
+
+**Draw (adaptive rejection, without replacement).** Visit the tokens in the order
+of sampling without replacement from p = p(· | x s) — the order of the keys
+log p(w) + Gumbel noise, largest first (the Gumbel-top-k trick, Kool et al. 2019) —
+and check each; the first allowed one is a. A rejected token is removed from the
+distribution, which leaves the relative probabilities of the allowed tokens
+unchanged, so a ~ p(· | A) = p(w) 1_A(w) / Z with Z = Σ_{w∈A} p(w): exactly the
+masked proposal M'_t.
+
+**Weight (one more check).** Let S = {a}, R the rejected tokens, and b the next
+token in the same order (a draw from p restricted to the unseen tokens U, of mass
+u = Σ_{w∈U} p(w) = 1 − p(R) − p(a)). The weight is
+
+    Ẑ = p(a) + u · 1_A(b).                                            (AWRS weight)
+
+*Unbiasedness.* Write F for everything seen up to the acceptance of a (R, a, and
+their probabilities). Given F, b ~ p restricted to U, so
+E[u 1_A(b) | F] = Σ_{w∈U} p(w) 1_A(w) = Z − p(a) (no allowed token lies in R).
+Hence E[Ẑ | F] = Z, whatever F is.
+
+*Proper weighting.* a is a function of F and a ~ p(· | A), so for any f,
+E[Ẑ f(a)] = E[f(a) E[Ẑ | F]] = Z E[f(a)] = Σ_{w∈A} p(w) f(w). The pair (a, Ẑ) is
+properly weighted for the target p(w) 1_A(w): SMC weights stay exact in
+expectation, and with them the unbiased estimate of the normalising constant, as
+with the mask's G'_t = Z (M'_t G'_t = p 1_A token by token).
+
+*Nothing allowed.* If every token of positive probability is rejected, Z = 0
+exactly and the weight is 0 (``LazyDraw.token is None``): the particle dies with
+a named cause. The cost is then one check per token, as for the mask.
+
+*Variance.* Var[Ẑ] = u² φ (1 − φ), φ = (Z − p(a)) / u: zero when the unseen mass u
+is zero, and small when the LM puts its mass on few tokens (u small) or the
+allowed set is nearly all or nearly none of U.
+
+**Batched.** :func:`top_candidates` perturbs the ``(B, V)`` log-probs of every
+particle of a step with Gumbel noise in one tensor operation and returns each
+row's first ``k`` tokens in key order with their log-probs, in ONE host read; only
+the checks run per particle (:func:`awrs`), in Python. A particle that needs more
+than ``k`` candidates reads the next ones from its own row (:class:`Candidates`)::
+
+    cands = await next_candidates(log_probs, rng)      # coalesced across particles
+    draw = awrs(cands, lambda w: constraint_allows(w))
+    draw.token, draw.log_weight, draw.calls
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from llamppl.batching import Coalescer
+
+__all__ = [
+    "FIRST_CANDIDATES",
+    "Candidates",
+    "LazyDraw",
+    "awrs",
+    "next_candidates",
+    "top_candidates",
+]
+
+#: Candidates read per row in the batched round (the rest on demand, per particle).
+FIRST_CANDIDATES = 32
+
+
+class Candidates:
+    """One row's tokens in the order of sampling without replacement from ``softmax(row)``.
+
+    ``ids``/``log_probs`` hold the first candidates (read in the batched round); iterating
+    continues past them by re-ranking the row's keys on its device (``4×`` more each time).
+    ``total`` is Σ_w p(w) of the row in float64 (1 up to the row's rounding), the mass the
+    unseen mass is computed from.
+    """
+
+    def __init__(
+        self,
+        ids: list[int],
+        log_probs: list[float],
+        total: float,
+        keys: torch.Tensor | None = None,
+        row: torch.Tensor | None = None,
+    ) -> None:
+        self.ids, self.log_probs, self.total = ids, log_probs, total
+        self._keys, self._row = keys, row  # (V,) on the device, for more candidates
+        self.reads = 1
+
+    def __iter__(self) -> Iterator[tuple[int, float]]:
+        i = 0
+        while True:
+            if i == len(self.ids) and not self._more():
+                return
+            lp = self.log_probs[i]
+            if lp == -math.inf:  # only zero-probability tokens remain
+                return
+            yield self.ids[i], lp
+            i += 1
+
+    def _more(self) -> bool:
+        """Read the next candidates of this row (one host read); False when none is left."""
+        keys = self._keys
+        if keys is None or len(self.ids) >= keys.numel():
+            return False
+        k = min(keys.numel(), 4 * len(self.ids))
+        values, order = torch.topk(keys, k)  # (k,), largest first: the same order, extended
+        lps = self._row.gather(0, order)
+        start = len(self.ids)
+        new_ids = order[start:].tolist()
+        new_lps = lps[start:].double().tolist()
+        self.reads += 1
+        if not new_ids:
+            return False
+        self.ids += new_ids
+        self.log_probs += new_lps
+        return True
+
+
+def top_candidates(rows: torch.Tensor, seed: int, k: int = FIRST_CANDIDATES) -> list[Candidates]:
+    """Each row's first ``k`` tokens in Gumbel-key order, for all rows in one tensor pass.
+
+    ``rows`` is ``(B, V)`` log-probabilities (normalised or not; ``-inf`` for impossible
+    tokens) on any device; ``seed`` fixes the Gumbel noise (a ``torch.Generator`` on that
+    device). One host read brings back the ``(B, k)`` ids, their log-probs and the rows'
+    masses.
+    """
+    B, V = rows.shape
+    gen = torch.Generator(device=rows.device).manual_seed(int(seed))
+    u = torch.rand((B, V), generator=gen, device=rows.device, dtype=torch.float64)
+    u = u.clamp_(min=torch.finfo(torch.float64).tiny)
+    keys = rows.double() - torch.log(-torch.log(u))  # (B, V): log p + Gumbel(0, 1)
+    k = min(k, V)
+    _, order = torch.topk(keys, k, dim=1)  # (B, k) token ids, largest key first
+    lps = rows.gather(1, order).double()  # (B, k)
+    total = torch.logsumexp(rows.double(), dim=1).exp()  # (B,)
+    host = torch.cat([order.double(), lps, total[:, None]], dim=1).cpu()  # ONE host read
+    out = []
+    for b in range(B):
+        ids = [int(x) for x in host[b, :k].tolist()]
+        out.append(
+            Candidates(ids, host[b, k : 2 * k].tolist(), float(host[b, -1]), keys[b], rows[b])
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class LazyDraw:
+    """What one lazy draw found.
+
+    Attributes
+    ----------
+    token : int | None
+        The accepted token a ~ p(· | A), or None when no token is allowed (Z = 0).
+    log_weight : float
+        log Ẑ (the AWRS weight; ``-inf`` when no token is allowed).
+    log_p : float
+        log p(a) (``-inf`` when none).
+    calls : int
+        Checks made (rejections + the accepted token + the weight's extra check).
+    """
+
+    token: int | None
+    log_weight: float
+    log_p: float
+    calls: int
+
+
+def awrs(candidates: Candidates, allowed: Callable[[int], bool]) -> LazyDraw:
+    """Adaptive weighted rejection sampling over ``candidates`` (module docstring, AWRS weight).
+
+    ``allowed(w)`` is the check of token ``w`` (True: s·w may still be completed); it is
+    called once per candidate visited, never twice for the same token.
+    """
+    stream = iter(candidates)
+    rejected, calls = 0.0, 0
+    accepted: tuple[int, float] | None = None
+    for w, lp in stream:
+        calls += 1
+        if allowed(w):
+            accepted = (w, lp)
+            break
+        rejected += math.exp(lp)
+    if accepted is None:
+        return LazyDraw(None, -math.inf, -math.inf, calls)
+    a, lp_a = accepted
+    p_a = math.exp(lp_a)
+    z_hat = p_a
+    unseen = candidates.total - rejected - p_a  # u = Σ_{w ∉ R ∪ {a}} p(w)
+    nxt = next(stream, None)
+    if nxt is not None and unseen > 0:
+        calls += 1
+        if allowed(nxt[0]):
+            z_hat += unseen
+    return LazyDraw(a, math.log(z_hat), lp_a, calls)
+
+
+# ---------------------------------------------------------------- batched candidate reads
+# A request is (row, rng): the (V,) log-probs of one particle and the run's generator.
+_COALESCERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _serve(requests: list[tuple[torch.Tensor, np.random.Generator]]) -> list[Candidates]:
+    """All pending requests in one :func:`top_candidates` pass per device."""
+    out: list[Candidates | None] = [None] * len(requests)
+    by_device: dict[torch.device, list[int]] = {}
+    for i, (row, _) in enumerate(requests):
+        by_device.setdefault(row.device, []).append(i)
+    for idx in by_device.values():
+        seed = int(requests[idx[0]][1].integers(2**62))  # the run's stream fixes the noise
+        rows = torch.stack([requests[i][0] for i in idx])  # (B, V)
+        for i, cand in zip(idx, top_candidates(rows, seed)):
+            out[i] = cand
+    return out  # type: ignore[return-value]
+
+
+def _coalescer() -> Coalescer:
+    loop = asyncio.get_running_loop()
+    c = _COALESCERS.get(loop)
+    if c is None:
+        c = _COALESCERS[loop] = Coalescer(_serve)
+    return c
+
+
+async def next_candidates(row: torch.Tensor, rng: np.random.Generator) -> Candidates:
+    """This particle's candidates for a lazy draw from ``row`` (``(V,)`` log-probs); the
+    requests of all particles awaiting at once are served in one batched pass."""
+    return await _coalescer().submit((row, rng))
