@@ -43,7 +43,7 @@ def bench_lm(args: argparse.Namespace) -> None:
 
     from llamppl import CachedCausalLM, run
     from llamppl.inference import smc_steer
-    from llamppl.lm.embedded import converted_dir
+    from llamppl.lm.hf.embedded import converted_dir
     from llamppl.lm.vllm_lm import VLLMLM
 
     def quickstart(lm) -> tuple[float, dict]:

@@ -33,7 +33,7 @@ import time
 import torch
 from transformers import DynamicCache
 
-from llamppl.lm.cached_causal_lm import CachedCausalLM
+from llamppl.lm.hf.cached_causal_lm import CachedCausalLM
 
 _LOOP = asyncio.new_event_loop()
 

@@ -75,7 +75,10 @@ TARGETS = [
     ("per-layer masks", "mask", "plan", True, ["method:_layer_masks", "global:layer_masks"]),
     ("log-softmax", "logsoftmax", "extract", True, ["method:_logprobs_from_hidden"]),
 ]
-POOL_METHODS = ("write", "read")  # of llamppl.lm.kv_pool.KVPool (optional: reported as 0 if gone)
+POOL_METHODS = (
+    "write",
+    "read",
+)  # of llamppl.lm.hf.kv_pool.KVPool (optional: reported as 0 if gone)
 SYNC_NAMES = {"item", "tolist", "cpu", "numpy", "__int__", "__float__", "__bool__", "__index__"}
 
 
@@ -196,9 +199,9 @@ def install(lm, model_cls) -> list:
         mod.forward = PROF.timed(mod.forward, category, phase)
         undo.append(lambda m=mod: delattr(m, "forward"))
     try:
-        from llamppl.lm.kv_pool import KVPool
+        from llamppl.lm.hf.kv_pool import KVPool
     except ImportError:
-        print("profile_step.py: no llamppl.lm.kv_pool.KVPool; kv_pool stays inside forward")
+        print("profile_step.py: no llamppl.lm.hf.kv_pool.KVPool; kv_pool stays inside forward")
     else:
         for name in POOL_METHODS:
             original = vars(KVPool)[name]

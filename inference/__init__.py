@@ -21,7 +21,7 @@ from .enumerate import enumerate_exact
 from .importance import importance_sampling
 from .options import RunOptions, run_options
 from .resampling import RESAMPLERS, get_resampler
-from .result import SMCResult, StepRecord
+from .result import SMCResult
 from .rules import Never, PinnedMultinomial, ResampleRule, WhenESSBelow, ess_rule
 from .smc_standard import smc_standard
 from .smc_steer import Steering, smc_steer, steer_downsample
@@ -40,7 +40,6 @@ __all__ = [
     "Trajectory",
     "SMCResult",
     "StepInfo",
-    "StepRecord",
     "StepLimitError",
     "RESAMPLERS",
     "get_resampler",

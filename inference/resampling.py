@@ -12,9 +12,8 @@ particles are never chosen. Schemes are looked up by name::
 draws the remainder multinomially (the last three have lower variance).
 
 Names: ``RESAMPLERS`` / :func:`get_resampler` and the engines' ``resampling=``
-keyword are ours. LLaMPPL's ``RESAMPLING_METHODS`` / :func:`get_resampling_fn` /
-``*_resample(weights)`` and ``resampling_method=`` are aliases at the API edge
-(the section at the end), over the same schemes.
+keyword. (LLaMPPL's ``RESAMPLING_METHODS``, ``get_resampling_fn`` and ``*_resample(weights)``
+are adapters over these schemes in :mod:`llamppl.compat`.)
 """
 
 from __future__ import annotations
@@ -34,13 +33,6 @@ __all__ = [
     "residual",
     "RESAMPLERS",
     "get_resampler",
-    "multinomial_resample",
-    "stratified_resample",
-    "systematic_resample",
-    "residual_resample",
-    "RESAMPLING_METHODS",
-    "get_resampling_fn",
-    "resampling_name",
 ]
 
 Resampler = Callable[[np.ndarray, np.random.Generator, "int | None"], np.ndarray]
@@ -118,59 +110,3 @@ def get_resampler(name: str) -> Resampler:
         return RESAMPLERS[name]
     except (KeyError, TypeError):
         raise ValueError(f"resampling must be one of {sorted(RESAMPLERS)}, got {name!r}") from None
-
-
-# ---------------------------------------------------------------------- LLaMPPL adapter
-# LLaMPPL's form: ``fn(weights)`` with *normalised* probabilities, randomness from NumPy's
-# global state (``np.random.seed``), returning ``len(weights)`` indices.
-def _llamppl_form(scheme: Resampler, name: str) -> Callable[[np.ndarray], np.ndarray]:
-    def resample(weights) -> np.ndarray:
-        w = np.asarray(weights, dtype=np.float64)
-        if w.ndim != 1 or w.size == 0 or np.isnan(w).any() or (w < 0).any():
-            raise ValueError(f"weights must be a non-empty 1-D array of probabilities, got {w}")
-        rng = np.random.default_rng(np.random.randint(2**32))  # seeded by np.random.seed
-        with np.errstate(divide="ignore"):
-            return scheme(np.log(w), rng)
-
-    resample.__name__ = f"{name}_resample"
-    resample.__doc__ = (
-        f"LLaMPPL name: :func:`{name}` on normalised ``weights`` (NumPy's global RNG)."
-    )
-    return resample
-
-
-multinomial_resample = _llamppl_form(multinomial, "multinomial")
-stratified_resample = _llamppl_form(stratified, "stratified")
-systematic_resample = _llamppl_form(systematic, "systematic")
-residual_resample = _llamppl_form(residual, "residual")
-RESAMPLING_METHODS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "systematic": systematic_resample,
-    "stratified": stratified_resample,
-    "residual": residual_resample,
-    "multinomial": multinomial_resample,
-}
-
-
-def resampling_name(resampling: str, resampling_method: str | None) -> str:
-    """The scheme's name from ``resampling=`` or its LLaMPPL alias ``resampling_method=``.
-
-    ``ValueError`` when both are given and differ (``resampling`` left at its default
-    ``"systematic"`` counts as not given).
-    """
-    if resampling_method is None:
-        return resampling
-    if resampling != "systematic" and resampling != resampling_method:
-        raise ValueError(
-            "give resampling= or resampling_method= (its LLaMPPL name), not both: "
-            f"{resampling!r} vs {resampling_method!r}"
-        )
-    return resampling_method
-
-
-def get_resampling_fn(method: str) -> Callable[[np.ndarray], np.ndarray]:
-    """LLaMPPL name: the ``RESAMPLING_METHODS`` entry ``method``; ``ValueError`` otherwise."""
-    if method not in RESAMPLING_METHODS:
-        raise ValueError(
-            f"Unknown resampling method {method!r}: must be one of {', '.join(RESAMPLING_METHODS)}"
-        )
-    return RESAMPLING_METHODS[method]

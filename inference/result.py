@@ -30,19 +30,15 @@ from llamppl.weights import ess, normalize
 from .record import RunRecord, write_json
 from .step_info import StepInfo
 
-__all__ = ["SMCResult", "StepInfo", "StepRecord"]
-
-
-StepRecord = StepInfo  # earlier name, kept importable
+__all__ = ["SMCResult"]
 
 
 @dataclass
 class SMCResult(Sequence):
     """Particles, log weights and log Ẑ of an inference run (exact values for ``enumerate_exact``).
 
-    It is also the read-only sequence of its particles, as LLaMPPL's engines return a
-    list: ``len(result)``, ``result[0]``, ``result[:2]`` (a list), iteration, ``in``,
-    ``result + []`` / ``[] + result`` (lists). ``list(result)`` gives a plain list.
+    It is also the read-only sequence of its particles: ``len(result)``, ``result[0]``,
+    ``result[:2]`` (a list), iteration, ``in``. ``list(result)`` gives a plain list.
     """
 
     particles: list[Model]
@@ -113,12 +109,6 @@ class SMCResult(Sequence):
 
     def __getitem__(self, i: int | slice) -> Model | list[Model]:
         return self.particles[i]
-
-    def __add__(self, other) -> list[Model]:
-        return list(self.particles) + list(other)
-
-    def __radd__(self, other) -> list[Model]:
-        return list(other) + list(self.particles)
 
     def __repr__(self) -> str:
         lines = [

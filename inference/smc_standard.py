@@ -24,7 +24,6 @@ from llamppl.validation import check_positive_int
 from .engine import SMC
 from .options import DEFAULT_MAX_STEPS, run_options
 from .particles import check_model
-from .resampling import resampling_name
 from .result import SMCResult
 from .rules import ess_rule
 from .steps import run_population
@@ -36,21 +35,20 @@ async def smc_standard(
     model: Model,
     n_particles: int,
     ess_threshold: float = 0.5,
-    visualization_dir: str | os.PathLike | None = None,
-    json_file: str | os.PathLike | None = None,
-    resampling_method: str | None = None,
     *,
     resampling: str = "systematic",
     seed: int | np.random.Generator | None = None,
     progress: bool | None = None,
+    json_file: str | os.PathLike | None = None,
+    visualization_dir: str | os.PathLike | None = None,
     record: bool | str | os.PathLike = False,
     max_steps: int | None = DEFAULT_MAX_STEPS,
 ) -> SMCResult:
     """Run SMC with adaptive resampling on ``model``.
 
-    The positional order is LLaMPPL's, ``smc_standard(model, n_particles,
-    ess_threshold, visualization_dir, json_file, resampling_method)``; our own
-    options (``resampling=``, ``seed=``, ``progress=``, ``record=``) are keywords.
+    LLaMPPL's positional order, ``smc_standard(model, n_particles, ess_threshold,
+    visualization_dir, json_file, resampling_method)``, is accepted too
+    (:mod:`llamppl.compat`).
 
     Parameters
     ----------
@@ -69,12 +67,9 @@ async def smc_standard(
         Fixes every random choice of the run.
     progress : bool | None
         tqdm bar; default on when stderr is a terminal.
-    resampling_method : str | None
-        LLaMPPL name of ``resampling`` (give one or the other).
     json_file, visualization_dir : path | None
         Write a run record (every particle at every step) as JSON to ``json_file``
-        and/or ``visualization_dir/record.json`` (LLaMPPL's names; format in
-        :mod:`llamppl.inference.record`).
+        and/or ``visualization_dir/record.json`` (format in :mod:`llamppl.inference.record`).
     record : bool | path
         ``True`` keeps the run record on ``SMCResult.record`` (for ``to_html``, ``plot``);
         a path also writes it there. Every path is checked before the run starts.
@@ -85,7 +80,7 @@ async def smc_standard(
     """
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
-    rule = ess_rule(ess_threshold, resampling_name(resampling, resampling_method))
+    rule = ess_rule(ess_threshold, resampling)
     options = run_options(
         seed=seed,
         progress=progress,

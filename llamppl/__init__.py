@@ -25,12 +25,10 @@ from .distributions import (
     Dirac,
     Distribution,
     Geometric,
-    LogCategorical,
     TokenCategorical,
     Transformer,
     Uniform,
 )
-from .llms import CachedTransformer
 from .lm import VLLMLM, CachedCausalLM, FunctionLM, LanguageModel
 from .modeling import Model
 from .rng import current_rng, using_rng
@@ -39,15 +37,6 @@ from .submodel import SubModel, submodel
 from .token import Token
 
 __version__ = "0.1.0"
-
-_INFERENCE_NAMES = (
-    "smc_standard",
-    "smc_steer",
-    "importance_sampling",
-    "enumerate_exact",
-    "csmc_standard",
-    "particle_gibbs",
-)
 
 __all__ = [
     "Model",
@@ -58,7 +47,6 @@ __all__ = [
     "Distribution",
     "Bernoulli",
     "Categorical",
-    "LogCategorical",
     "Geometric",
     "Uniform",
     "Dirac",
@@ -67,7 +55,6 @@ __all__ = [
     "LanguageModel",
     "FunctionLM",
     "CachedCausalLM",
-    "CachedTransformer",
     "VLLMLM",
     "run",
     "current_rng",
@@ -76,19 +63,11 @@ __all__ = [
     "submodel",
     "sample_word",
     "sample_word_2",
-    *_INFERENCE_NAMES,
 ]
 
 
-def __getattr__(name: str):
-    """LLaMPPL compatibility: ``from llamppl import smc_standard, smc_steer, csmc_standard, ...``.
+# LLaMPPL's names and module paths (``from llamppl import smc_standard``, ``llamppl.llms``, ...)
+# are rows of one table, served from here on by one import hook: see llamppl.compat.
+from .compat import install as _install_compat  # noqa: E402
 
-    The names live in the top-level ``inference`` package, which depends on this
-    core package; it is imported here lazily, on first access only, so importing
-    ``llamppl`` never imports ``inference`` (the dependency direction stays).
-    """
-    if name in _INFERENCE_NAMES:
-        import importlib
-
-        return getattr(importlib.import_module(".inference", __name__), name)
-    raise AttributeError(f"module 'llamppl' has no attribute {name!r}")
+_install_compat()

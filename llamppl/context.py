@@ -25,7 +25,7 @@ from .rng import current_rng
 from .row_sampling import gather_row, row_masses, sample_row
 from .token import Token
 
-__all__ = ["LMContext", "LMNextToken", "LMTokenMask", "ContextLogprobs"]
+__all__ = ["LMContext", "LMNextToken", "LMTokenMask"]
 
 
 class LMContext:
@@ -50,7 +50,7 @@ class LMContext:
     Attributes
     ----------
     tokens : list[int]
-        All token ids, prompt first (LLaMPPL compatible).
+        All token ids, prompt first.
     prompt_length : int
         Number of prompt tokens at the start of ``tokens``.
     """
@@ -89,40 +89,9 @@ class LMContext:
         self.prompt_length = len(ids)
         self.temp = float(temp)
         self._mask: torch.Tensor | None = None  # (V,) bool, set by an observed mask_dist
-        self.show_prompt = bool(show_prompt)  # LLaMPPL display options of str(context)
+        self.show_prompt = bool(show_prompt)  # what str(context) shows
         self.show_eos = bool(show_eos)
         self._annotations: dict[str, object] = {}  # per-particle notes of proposals (annotate)
-
-    @classmethod
-    async def create(cls, lm: LanguageModel, prompt: str | Sequence[int], temp: float = 1.0, **kw):
-        """LLaMPPL's async constructor; same as ``LMContext(lm, prompt, temp, **kw)``."""
-        return cls(lm, prompt, temp, **kw)
-
-    @property
-    def model_mask(self):
-        """LLaMPPL name: ids the next token may take, after pending mask observations.
-
-        Assigning it (ids, a ``(V,)`` bool tensor or an ``lm.masks`` set) sets the pending mask.
-        """
-        from .lm.masks import TokenSet
-
-        if self._mask is None:
-            return self.lm.masks.ALL_TOKENS
-        return TokenSet.from_tensor(self._mask)
-
-    @model_mask.setter
-    def model_mask(self, mask: Iterable[int] | torch.Tensor) -> None:
-        self._mask = self._as_mask(mask)
-
-    @property
-    def s(self) -> str:
-        """hfppl's old name of ``str(context)`` (still in both peers' getting-started page)."""
-        return str(self)
-
-    @property
-    def token_count(self) -> int:
-        """Number of generated tokens (LLaMPPL name; ``len(context.generated)``)."""
-        return len(self.tokens) - self.prompt_length
 
     # ------------------------------------------------------------------ distributions
     def next_token(self) -> LMNextToken:
@@ -168,8 +137,15 @@ class LMContext:
 
     @property
     def pending_mask(self) -> torch.Tensor | None:
-        """``(V,)`` bool mask the next token is restricted to by observed ``mask_dist`` values, or None."""
+        """``(V,)`` bool mask the next token is restricted to by observed ``mask_dist`` values, or None.
+
+        Assigning it (ids, a ``(V,)`` bool tensor, an ``lm.masks`` set, or None) replaces it.
+        """
         return self._mask
+
+    @pending_mask.setter
+    def pending_mask(self, mask: Iterable[int] | torch.Tensor | None) -> None:
+        self._mask = None if mask is None else self._as_mask(mask)
 
     def restrict_next(self, mask: torch.Tensor) -> None:
         """Restrict the next token to ``mask`` (``(V,)`` bool) as well: the pending mask becomes ``m0 & mask``."""
@@ -186,11 +162,11 @@ class LMContext:
         """
         self._annotations[key] = value
 
-    @property
-    def next_token_logprobs(self) -> ContextLogprobs:
-        """Tempered next-token log-probs ``(V,)``: ``await context.next_token_logprobs()``
-        (ignores a pending mask), or LLaMPPL's array attribute form (see :class:`ContextLogprobs`)."""
-        return ContextLogprobs(self)
+    async def next_token_logprobs(self) -> torch.Tensor:
+        """Tempered next-token log-probs ``(V,)``, ignoring a pending mask; batched with the
+        other particles' requests (``await context.next_token_logprobs()``)."""
+        lp = await self.lm.next_token_logprobs(self.tokens)
+        return lp if self.temp == 1.0 else torch.log_softmax(lp / self.temp, dim=-1)
 
     def __str__(self) -> str:
         ids = self.tokens if self.show_prompt else self.generated
@@ -227,45 +203,6 @@ class LMContext:
         out = torch.zeros(V, dtype=torch.bool, device=device)
         out[list(ids)] = True
         return out
-
-
-class ContextLogprobs:
-    """``context.next_token_logprobs`` in both of its forms.
-
-    Called, it is our coroutine: ``await context.next_token_logprobs()`` gives the
-    tempered log-probs ``(V,)`` ignoring any pending mask, batched with the other
-    particles' requests. Read as an array (``np.asarray``, indexing), it is LLaMPPL's
-    attribute: the same vector with a pending mask applied and renormalised, computed
-    synchronously (one unbatched request; fine outside the inner loop).
-    """
-
-    def __init__(self, context: LMContext) -> None:
-        self.context = context
-
-    async def __call__(self) -> torch.Tensor:
-        ctx = self.context
-        lp = await ctx.lm.next_token_logprobs(ctx.tokens)
-        return lp if ctx.temp == 1.0 else torch.log_softmax(lp / ctx.temp, dim=-1)
-
-    def tensor(self) -> torch.Tensor:
-        """LLaMPPL's array as a ``(V,)`` float tensor (tempered, masked, renormalised)."""
-        ctx = self.context
-        lp = ctx.lm.next_token_logprobs_sync(ctx.tokens)
-        if ctx.temp != 1.0:
-            lp = torch.log_softmax(lp / ctx.temp, dim=-1)
-        if ctx._mask is not None:
-            lp = torch.log_softmax(lp.masked_fill(~ctx._mask, -math.inf), dim=-1)
-        return lp
-
-    def __array__(self, dtype=None, copy=None):
-        out = self.tensor().detach().cpu().numpy()
-        return out if dtype is None else out.astype(dtype)
-
-    def __getitem__(self, index):
-        return self.__array__()[index]
-
-    def __len__(self) -> int:
-        return self.context.lm.vocab_size
 
 
 def _check_messages(messages: object) -> list[dict]:
@@ -325,7 +262,7 @@ class LMTokenMask(Distribution):
 
     Sampling or observing the value sets the context's pending mask (``mask``
     for True, its complement for False) for the next ``next_token()``. Successive
-    mask observations before a token combine (LLaMPPL semantics): the masses are
+    mask observations before a token combine: the masses are
     conditional on the pending mask m0, P(mask | m0), and the pending mask
     becomes ``m0 & mask`` — the chain rule P(A ∧ B) = P(A) P(B | A).
     """
@@ -351,7 +288,7 @@ class LMTokenMask(Distribution):
 
     async def _set(self, value: bool, inside: float, outside: float) -> float:
         if (inside if value else outside) == -math.inf:
-            return -math.inf  # impossible: the particle dies, the context stays untouched (LLaMPPL)
+            return -math.inf  # impossible: the particle dies, the context stays untouched
         self.context.restrict_next(self.mask if value else ~self.mask)
         return inside if value else outside
 

@@ -63,7 +63,7 @@ def _await_from_greenlet(awaitable: Awaitable) -> Any:
     parent = greenlet.getcurrent().parent
     if parent is None:
         raise RuntimeError(
-            "a plain `def step` must be run by an inference algorithm (or `await model.advance()`)"
+            "a plain `def step` must be run by an inference algorithm (or `await model.run_step()`)"
         )
     return parent.switch(awaitable)
 
@@ -181,7 +181,7 @@ class Model:
         self._twist_amount += amount
 
     def untwist(self) -> None:
-        """Undo every twist not yet undone: ``score(-Σ amounts)`` (LLaMPPL name; never automatic here)."""
+        """Undo every twist not yet undone: ``score(-Σ amounts)`` (never automatic here)."""
         amount, self._twist_amount = self._twist_amount, 0.0
         self.score(-amount)
 
@@ -232,9 +232,6 @@ class Model:
     async def run_start(self) -> None:
         """Run the optional ``start`` hook (plain or async), like :meth:`run_step`."""
         await self._call_hook(self.start, "start")
-
-    advance = run_step  # earlier names of the engine entry points
-    begin = run_start
 
     @contextlib.contextmanager
     def replaying(self, chooser: Any) -> Iterator[None]:

@@ -25,15 +25,11 @@ class Token:
         self.lm = lm
         self.token_id = int(token_id)
 
-    @property
-    def token_str(self) -> str:
+    def __str__(self) -> str:
         return self.lm.vocab[self.token_id]
 
-    def __str__(self) -> str:
-        return self.token_str
-
     def __repr__(self) -> str:
-        return f"<Token {self.token_id} {self.token_str!r}>"
+        return f"<Token {self.token_id} {str(self)!r}>"
 
     def __int__(self) -> int:
         return self.token_id
@@ -41,12 +37,11 @@ class Token:
     __index__ = __int__
 
     def __eq__(self, other: object) -> bool:
+        """Equal to its id and to any ``Token`` with the same id."""
         if isinstance(other, Token):
             return self.token_id == other.token_id
         if isinstance(other, (int, np.integer)) and not isinstance(other, bool):
             return self.token_id == int(other)
-        if isinstance(other, str):  # LLaMPPL: a token equals its text
-            return self.token_str == other
         return NotImplemented
 
     def __hash__(self) -> int:

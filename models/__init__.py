@@ -2,13 +2,10 @@
 drivers of the seed papers (``power_smc``, ``speculative_smc``, ``specs``, ``generate_json``).
 
 The token-level kernels they use live one floor down in :mod:`llamppl.decoding`; their public
-names are re-exported here, and their old module paths (``llamppl.models.constraints``,
-``.power_law``, ``.power_law_proposal``, ``.grammar_engine``, ``.grammar_logits``) are aliases
-of the ``llamppl.decoding`` modules, so code written against them keeps working.
+names are re-exported here. Their old module paths (``llamppl.models.constraints``,
+``.power_law``, ...) are rows of the compatibility table (:mod:`llamppl.compat`) and import
+as the ``llamppl.decoding`` modules.
 """
-
-import importlib as _importlib
-import sys as _sys
 
 from llamppl.decoding.constraints import Constraint
 from llamppl.decoding.grammar_engine import Grammar, make_grammar
@@ -29,9 +26,6 @@ from .prompt_intersection import PromptIntersection
 from .specs import beam_search, specs
 from .speculative import SpeculativeDecoding, SpeculativeResult, speculative_smc
 from .structured import StructuredResult, generate_json
-
-for _name in ("constraints", "grammar_engine", "grammar_logits", "power_law", "power_law_proposal"):
-    _sys.modules[f"{__name__}.{_name}"] = _importlib.import_module(f"llamppl.decoding.{_name}")
 
 __all__ = [
     "specs",

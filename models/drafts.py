@@ -27,7 +27,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 
-from llamppl.lm.cached_causal_lm import CachedCausalLM
+from llamppl.lm.hf.cached_causal_lm import CachedCausalLM
 from llamppl.validation import check_nonnegative_int, check_positive_int
 
 __all__ = ["draft_from_layers", "skip_middle_draft", "truncated_draft"]

@@ -151,8 +151,8 @@ class HardConstraint(Model):
     text : str
         The generated text as the constraint sees it (no end token).
     checks : int
-        Checks this particle made under the lazy or sampling proposal (the lazy draw's
-        rejections, its accepted token and its weight's extra check).
+        Checks this particle (and its ancestors) made in lazy draws and sampling steps:
+        the lazy draw's rejections, its accepted token and its weight's extra check.
     forced : int
         Tokens taken as forced tokens.
     failure : str | None
@@ -295,13 +295,16 @@ class HardConstraint(Model):
             nonlocal end_ok
             if w in ends:
                 if end_ok is None:
+                    self.checks += 1
                     end_ok = c.ends(lm, state)
                 return end_ok
-            return not only_end and costly_allows(state, w)
+            if only_end:
+                return False
+            self.checks += 1
+            return costly_allows(state, w)
 
         candidates = await next_candidates(row, current_rng())
         draw = awrs(candidates, allowed)
-        self.checks += draw.calls
         if draw.token is None:  # Z = 0 exactly: no token of positive probability is allowed
             self._die("token limit" if only_end else self._end_cause())
             return None

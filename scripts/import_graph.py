@@ -6,9 +6,9 @@ parsed; each ``import`` / ``from … import`` of a ``llamppl`` module anywhere i
 level, inside functions, under ``TYPE_CHECKING``) is an edge. Each module sits on one floor
 (:data:`FLOORS`, lowest first); an edge to a higher floor is an *upward import*. The API-edge
 modules (:data:`API_EDGE`) are the documented exceptions: they re-export or alias names for
-users and are not checked as importers. ``importlib`` calls (the lazy ``__getattr__`` of
-``llamppl/__init__.py``) are not imports to ``ast`` and are documented in the architecture
-page instead.
+users and are not checked as importers. ``importlib`` calls (the compatibility table's
+lazy names, :mod:`llamppl.compat`) are not imports to ``ast`` and are documented in the
+architecture page instead.
 
     python scripts/import_graph.py            # print the generated Markdown
     python scripts/import_graph.py --check    # exit 1 if upward imports or docs/architecture.md is stale
@@ -67,9 +67,11 @@ FLOORS: list[tuple[str, str, tuple[str, ...]]] = [
 #: API-edge modules: names for users, allowed to reach any floor; nothing on a floor may
 #: import them, except the package root, which counts as the DSL floor for its importers.
 API_EDGE = {
-    "llamppl": "package root: re-exports the DSL and the LMs; lazy __getattr__ for the engines",
-    "llamppl.distributed": "alias of llamppl.inference.distributed (importlib, sys.modules)",
-    "llamppl.llms": "LLaMPPL's module name for the LMs (compatibility alias)",
+    "llamppl": "package root: re-exports the DSL and the LMs; installs llamppl.compat",
+    "llamppl.compat": "LLaMPPL compatibility: the import hook that serves the table",
+    "llamppl.compat.table": "LLaMPPL compatibility: the table of old spellings (strings only)",
+    "llamppl.compat.adapters": "LLaMPPL compatibility: adapters of the LMs and the DSL",
+    "llamppl.compat.engines": "LLaMPPL compatibility: adapters of the engines",
 }
 ROOT_AS_FLOOR = "dsl"
 

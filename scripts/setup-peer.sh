@@ -54,7 +54,7 @@ fi
 MODEL_DIR=${LLAMPPL_PEER_MODEL:-$HOME/.cache/llamppl/SmolLM2-135M-Instruct-fp32}
 if [ ! -f "$MODEL_DIR/config.json" ]; then
   echo "[setup-peer] converting the embedded SmolLM2 with .venv (scripts/setup.sh first if missing)"
-  HF_HUB_OFFLINE=1 .venv/bin/python -c "from llamppl.lm.embedded import load_embedded; load_embedded()"
+  HF_HUB_OFFLINE=1 .venv/bin/python -c "from llamppl.lm.hf.embedded import load_embedded; load_embedded()"
 fi
 HF_HUB_OFFLINE=1 "$PY" -P - <<PY
 import importlib.metadata as md

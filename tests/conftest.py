@@ -13,7 +13,7 @@ import pytest
 import torch
 from warning_policy import filterwarnings_lines
 
-from llamppl.lm.cached_causal_lm import CachedCausalLM
+from llamppl.lm.hf.cached_causal_lm import CachedCausalLM
 
 
 def pytest_configure(config: pytest.Config) -> None:

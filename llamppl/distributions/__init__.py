@@ -132,11 +132,6 @@ class Categorical(Distribution):
         return f"Categorical({np.round(np.exp(self.log_probs), 4).tolist()})"
 
 
-def LogCategorical(logits: Sequence[float]) -> Categorical:
-    """LLaMPPL name: ``Categorical(logits=logits)`` (index ``i`` with probability ∝ ``exp(logits[i])``)."""
-    return Categorical(logits=logits)
-
-
 class Geometric(Distribution):
     """Number of failures before the first success: ``P(k) = (1-p)^k p`` for k = 0, 1, ...
 
@@ -238,7 +233,7 @@ class Transformer(Distribution):
         from ..lm.base import validate_token_ids
 
         self.lm = lm
-        if isinstance(prompt, str):  # LLaMPPL form: text, encoded with BOS as LMContext does
+        if isinstance(prompt, str):  # text, encoded with BOS first as LMContext does
             bos = lm.bos_token_id
             prompt = ([] if bos is None else [bos]) + list(lm.encode(prompt))
         self.prompt = validate_token_ids(prompt, lm.vocab_size, "prompt")
@@ -266,19 +261,3 @@ def token_support(lm, log_probs: torch.Tensor) -> list[tuple[Token, float]]:
     ids = torch.nonzero(log_probs > -math.inf).flatten().tolist()
     values = log_probs[ids].tolist()
     return [(Token(lm, i), v) for i, v in zip(ids, values)]
-
-
-_CONTEXT_NAMES = ("LMContext", "LMNextToken", "LMTokenMask")
-
-
-def __getattr__(name: str):
-    """LLaMPPL path ``from llamppl.distributions import LMContext``.
-
-    ``LMContext`` lives in :mod:`llamppl.context`, one floor above this module
-    (it builds on these distributions), so the name is looked up lazily, on first use.
-    """
-    if name in _CONTEXT_NAMES:
-        from .. import context
-
-        return getattr(context, name)
-    raise AttributeError(f"module 'llamppl.distributions' has no attribute {name!r}")

@@ -137,9 +137,7 @@ class LanguageModel:
     A backend subclass implements THE backend hook,
     :meth:`next_token_logprobs_batch` (plus ``vocab``, ``eos_token_id``, ``encode``,
     ``decode``); everything else (validation, coalescing concurrent awaits into one
-    call, ``batch_size`` chunking, ``stats.batch_calls``) is done here. The earlier
-    name ``_next_token_logprobs_batch`` is the same method at every class level, so
-    a subclass written against it (overriding or calling it) still works.
+    call, ``batch_size`` chunking, ``stats.batch_calls``) is done here.
     """
 
     vocab: list[str]
@@ -147,17 +145,6 @@ class LanguageModel:
     bos_token_id: int | None = None
     other_eos_token_ids: frozenset[int] = frozenset()
     _batch_size: int | None = None  # lm.batch_size: most contexts per backend call (None: all)
-    backend: str = "custom"  # LLaMPPL's lm.backend: "hf", "vllm", "function", ...
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        """Make ``next_token_logprobs_batch`` and its earlier name one method in ``cls``."""
-        super().__init_subclass__(**kwargs)
-        own = vars(cls)
-        new, old = "next_token_logprobs_batch", "_next_token_logprobs_batch"
-        if new in own and old not in own:
-            setattr(cls, old, own[new])
-        elif old in own and new not in own:
-            setattr(cls, new, own[old])
 
     def __init__(self) -> None:
         self.stats: LMStats = LMStats()
@@ -217,14 +204,7 @@ class LanguageModel:
             f"{type(self).__name__} must implement next_token_logprobs_batch(contexts)"
         )
 
-    _next_token_logprobs_batch = next_token_logprobs_batch  # earlier name (see the class notes)
-
-    # ------------------------------------------------------------------ LLaMPPL names
-    @property
-    def str_vocab(self) -> list[str]:
-        """LLaMPPL name of :attr:`vocab` (decoded text of each token id)."""
-        return self.vocab
-
+    # ------------------------------------------------------------------ vocabulary masks, batch size
     @property
     def masks(self):
         """Vocabulary masks (``lm.masks.STARTS_NEW_WORD``, ...), built lazily once per LM; see ``llamppl.lm.masks``."""
@@ -232,18 +212,10 @@ class LanguageModel:
 
         return masks_for(self)
 
-    def next_token_logprobs_unbatched(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """LLaMPPL name of :meth:`next_token_logprobs_sync`."""
-        return self.next_token_logprobs_sync(token_ids)
-
-    def cache_kv(self, prompt_tokens: Sequence[int]) -> None:
-        """LLaMPPL name: warm the cache with ``prompt_tokens`` (caching is otherwise automatic)."""
-        self.next_token_logprobs_sync(prompt_tokens)
-
     @property
     def batch_size(self) -> int | None:
-        """LLaMPPL's knob, with the meaning true for the coalescer: the most contexts one backend
-        call may hold, hence the most rows one transformer forward may hold.
+        """The most contexts one backend call may hold, hence the most rows one transformer
+        forward may hold.
 
         ``None`` (the default): every pending request is served in one call. ``lm.batch_size = n``
         splits larger batches into calls of at most ``n`` contexts each (bounding a forward's
@@ -256,13 +228,6 @@ class LanguageModel:
         from ..validation import check_positive_int
 
         self._batch_size = None if value is None else check_positive_int("batch_size", value)
-
-    def clear_kv_cache(self) -> None:
-        """LLaMPPL name of :meth:`clear_cache`: here the KV and the log-probs live in the same
-        trie nodes, so clearing the KV clears both (backends without a cache do nothing)."""
-        clear = getattr(self, "clear_cache", None)
-        if clear is not None:
-            clear()
 
     def __deepcopy__(self, memo) -> LanguageModel:
         return self  # particles share their LM (and its cache); cloning never copies it

@@ -43,8 +43,6 @@ class FunctionLM(LanguageModel):
         tokens); ``lm.eos_token_ids`` is their set plus ``eos_token_id``.
     """
 
-    backend = "function"  # LLaMPPL's lm.backend
-
     def __init__(
         self,
         vocab: Sequence[str],

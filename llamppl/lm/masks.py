@@ -14,7 +14,7 @@ vocabularies are decoded to text by the LM, so the same rules apply to both):
 - ``STARTS_NEW_WORD``: one leading space then letters only (``" the"``);
 - ``CONTINUES_CURRENT_WORD``: letters only (``"ing"``);
 - ``PUNCTUATION``: non-empty, every character in ``string.punctuation``;
-- ``END_SENTENCE_PUNCT`` (alias ``END_PUNCTUATION``): only ``.``, ``!``, ``?``;
+- ``END_SENTENCE_PUNCT``: only ``.``, ``!``, ``?``;
 - ``MID_PUNCTUATION``: only ``,``, ``:``, ``;``;
 - ``CONTAINS_WHITESPACE``: some whitespace character;
 - ``EOS``: ``{lm.eos_token_id}``; ``ALL_TOKENS``: every id.
@@ -121,13 +121,11 @@ class VocabMasks:
         return TokenSet.from_tensor(mask)
 
     def names(self) -> list[str]:
-        return [*_RULES, "END_PUNCTUATION", "EOS", "ALL_TOKENS"]
+        return [*_RULES, "EOS", "ALL_TOKENS"]
 
     def __getattr__(self, name: str) -> TokenSet:
         if name.startswith("_"):
             raise AttributeError(name)
-        if name == "END_PUNCTUATION":
-            name = "END_SENTENCE_PUNCT"
         if name not in self._cache:
             self._cache[name] = TokenSet.from_tensor(self._build(name))
         return self._cache[name]

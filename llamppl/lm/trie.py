@@ -3,7 +3,7 @@
 :class:`TokenTrie` is the bookkeeping half of :class:`~llamppl.CachedCausalLM`'s
 cache (DESIGN §4): one :class:`TrieNode` per token from the root (the empty
 context). A node owns the integer *slot* where its token's K/V live in a
-:class:`~llamppl.lm.kv_pool.KVPool`, plus an opaque payload the LM fills in
+:class:`~llamppl.lm.hf.kv_pool.KVPool`, plus an opaque payload the LM fills in
 (``hidden``: the final hidden state). The trie itself never
 touches a tensor, so it can be built and tested without a model (like
 sglang's simulated radix cache)::

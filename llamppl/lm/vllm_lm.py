@@ -111,8 +111,6 @@ class VLLMLM(HFTokenizerLM):
         Work counters.
     """
 
-    backend = "vllm"  # LLaMPPL's lm.backend
-
     def __init__(
         self,
         llm: Any,

@@ -10,8 +10,8 @@ import pytest
 
 import llamppl
 from inference import enumerate_exact
-from inference.resampling import RESAMPLING_METHODS, get_resampling_fn, systematic
 from llamppl import FunctionLM, LMContext, LogCategorical, Model, Token, Transformer, run
+from llamppl.inference.resampling import RESAMPLING_METHODS, get_resampling_fn, systematic
 
 LM = FunctionLM(["<eos>", "a", "b", "ab"], 0, lambda ctx: [0.0, 1.0, 0.5, -1.0], bos_token_id=0)
 

@@ -1,13 +1,13 @@
 """Row planning, tree masks and the cache budget of CachedCausalLM, on a bare trie (no model).
 
 The expected layouts are worked out by hand from the module docstrings of
-``llamppl.lm.batch_plan`` and ``llamppl.lm.tree_mask``.
+``llamppl.lm.hf.batch_plan`` and ``llamppl.lm.hf.tree_mask``.
 """
 
 import pytest
 import torch
 
-from llamppl.lm.batch_plan import (
+from llamppl.lm.hf.batch_plan import (
     Request,
     common_ancestor,
     count_new_tokens,
@@ -15,9 +15,9 @@ from llamppl.lm.batch_plan import (
     plan_rows,
     shared_prefix,
 )
-from llamppl.lm.tree_mask import tree_mask
+from llamppl.lm.hf.tree_mask import tree_mask
+from llamppl.lm.hf.trie_cache import TrieCache
 from llamppl.lm.trie import TokenTrie
-from llamppl.lm.trie_cache import TrieCache
 
 SCRATCH = 99
 

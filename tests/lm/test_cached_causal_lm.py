@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from llamppl.lm.cached_causal_lm import CachedCausalLM
+from llamppl.lm.hf.cached_causal_lm import CachedCausalLM
 
 pytestmark = pytest.mark.slow
 
@@ -239,7 +239,7 @@ def test_default_returns_fresh_lm_sharing_weights(smollm):
 
 
 def test_from_pretrained_local_copy(smollm):
-    from llamppl.lm.embedded import converted_dir
+    from llamppl.lm.hf.embedded import converted_dir
 
     lm = CachedCausalLM.from_pretrained(converted_dir(), max_cache_tokens=100)
     ctx = lm.encode("Hi there")

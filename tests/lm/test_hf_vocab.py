@@ -20,7 +20,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from llamppl import LMContext
-from llamppl.lm.cached_causal_lm import CachedCausalLM
+from llamppl.lm.hf.cached_causal_lm import CachedCausalLM
 
 CORPUS = [
     "The cat sat on the mat.\nThe dog ate the bone!",

@@ -10,7 +10,7 @@ import torch
 from llamppl import CachedCausalLM, FunctionLM
 from llamppl.batching import Coalescer
 from llamppl.lm.base import LMStats
-from llamppl.lm.embedded import converted_dir
+from llamppl.lm.hf.embedded import converted_dir
 from llamppl.lm.memo import LRU, PerLM
 
 

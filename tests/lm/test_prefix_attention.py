@@ -16,9 +16,9 @@ from transformers import PreTrainedTokenizerFast
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from llamppl import CachedCausalLM
-from llamppl.lm.exactness import rounding_tolerance
-from llamppl.lm.kv_pool import KVPool
-from llamppl.lm.prefix_attention import (
+from llamppl.lm.hf.exactness import rounding_tolerance
+from llamppl.lm.hf.kv_pool import KVPool
+from llamppl.lm.hf.prefix_attention import (
     PrefixState,
     prefix_attention,
     shared_prefix_attention,

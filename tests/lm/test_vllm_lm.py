@@ -28,7 +28,7 @@ vllm = pytest.importorskip(
 
 from llamppl import LMContext, Model  # noqa: E402
 from llamppl.inference import smc_standard, smc_steer  # noqa: E402
-from llamppl.lm.embedded import converted_dir  # noqa: E402
+from llamppl.lm.hf.embedded import converted_dir  # noqa: E402
 from llamppl.lm.vllm_lm import VLLMLM  # noqa: E402
 
 # fp32 on both sides. The two engines compute the same function with different kernels

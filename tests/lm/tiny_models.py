@@ -259,3 +259,6 @@ ATTN = ["sdpa", "eager"]
 SHARE_PREFIX = set(
     "llama qwen2 qwen3 mixtral qwen3-moe olmo2 granite cohere granite-moe gpt2 gpt-neox opt".split()
 )
+#: read it once or per row depending on the transformers release: 5.0 hands DeepSeek-V3's
+#: latent K/V to the attention interface unchanged (shared, exact), 5.24 does not (per row)
+SHARE_PREFIX_BY_RELEASE = {"deepseek-v3-mla"}

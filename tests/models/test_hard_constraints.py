@@ -143,8 +143,8 @@ ALGORITHMS = {
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-@pytest.mark.parametrize("proposal", ["sample", "mask"])
-@pytest.mark.parametrize("name", ["max_word_length", "banned_words"])
+@pytest.mark.parametrize("proposal", ["sample", "mask", "lazy"])
+@pytest.mark.parametrize("name", ["max_word_length", "banned_words", "callable"])
 def test_z_hat_unbiased(lm, name, proposal, algorithm):
     _, z = _brute_force(lm, CONSTRAINTS[name]())
     c = CONSTRAINTS[name]()

@@ -3,7 +3,7 @@
 ``CachedCausalLM.from_pretrained`` and ``CachedCausalLM.default`` are thin entry
 points over :func:`load_pretrained` (a local directory, a ``.gguf`` file or a
 model already in the local Hugging Face cache) and :func:`load_default` (the
-embedded SmolLM2-135M-Instruct, :mod:`llamppl.lm.embedded`). :func:`place_model`
+embedded SmolLM2-135M-Instruct, :mod:`llamppl.lm.hf.embedded`). :func:`place_model`
 moves a model to the requested device and dtype (or checks that a model placed
 with ``device_map`` agrees). ``device`` and ``dtype`` are checked first
 (:func:`check_device`, :func:`check_dtype`), so a typo or a device this torch

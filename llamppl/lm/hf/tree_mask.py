@@ -1,6 +1,6 @@
 """Attention masks of one batched cached forward: row layout -> per-layer tree and window masks.
 
-Given a :class:`~llamppl.lm.batch_plan.RowPlan` on the device, :func:`tree_mask`
+Given a :class:`~llamppl.lm.hf.batch_plan.RowPlan` on the device, :func:`tree_mask`
 builds the boolean ``(B, T, P + T)`` mask (True = attend): a query sees its
 row's real cached keys (not the left padding), and among the new tokens its
 ancestors and itself (the causal triangle for a chain, the group's
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .hf_arch import Architecture
+from .arch import Architecture
 
 __all__ = ["layer_masks", "tree_mask"]
 

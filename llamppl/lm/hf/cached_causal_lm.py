@@ -2,7 +2,7 @@
 
 Every context ever requested is a path in a :class:`~llamppl.lm.trie.TokenTrie`
 (one node per token, from the empty context). A node keeps its token's K/V in
-a slot of a :class:`~llamppl.lm.kv_pool.KVPool`, its final hidden state and,
+a slot of a :class:`~llamppl.lm.hf.kv_pool.KVPool`, its final hidden state and,
 once requested, its next-token log-probabilities. A request walks the trie;
 only the uncached suffix is run, against the stored K/V of the shared prefix.
 All contexts that are awaited together (one SMC step of all particles) become
@@ -16,21 +16,21 @@ context is just a token tuple, and equal prefixes are the same trie nodes::
     logps = asyncio.run(lm.next_token_logprobs(prompt))   # (vocab_size,) float32
     lm.stats        # CacheStats(forward_calls=1, tokens_run=5, cache_hits=0, ...)
 
-Batched forward layout (:mod:`llamppl.lm.batch_plan`, :mod:`llamppl.lm.tree_mask`).
+Batched forward layout (:mod:`llamppl.lm.hf.batch_plan`, :mod:`llamppl.lm.hf.tree_mask`).
 Contexts that need new tokens are grouped by the cached node they extend; each
 group is one row of cached keys then new tokens, with explicit ``position_ids``
 and a 4-D tree mask, so every new node is run exactly once. Inside the
 forward, each attention layer writes the new tokens' K/V straight into their
 pool slots and reads each row's context with one ``index_select``
-(:class:`~llamppl.lm.kv_pool.PoolLayer`), so no K/V is copied back afterwards.
+(:class:`~llamppl.lm.hf.kv_pool.PoolLayer`), so no K/V is copied back afterwards.
 When the rows share a cached prefix (the prompt of an SMC step), ``sdpa`` models
 without sliding windows read it once per layer instead of once per row
-(:mod:`llamppl.lm.prefix_attention`; ``share_prefix``, ``stats.shared_prefix_tokens``).
+(:mod:`llamppl.lm.hf.prefix_attention`; ``share_prefix``, ``stats.shared_prefix_tokens``).
 
-Architectures. :mod:`llamppl.lm.hf_arch` reads per-layer attention windows,
+Architectures. :mod:`llamppl.lm.hf.arch` reads per-layer attention windows,
 logit transforms and K/V shapes from the config and a probe forward, and
 refuses what the pool cannot reproduce (ALiBi, non-attention layers); a
-construction-time probe (:mod:`llamppl.lm.exactness`) compares
+construction-time probe (:mod:`llamppl.lm.hf.exactness`) compares
 cached log-probs with a fresh forward and refuses the model on a mismatch.
 
 Transfer budget per forward (independent of the number of particles): ONE
@@ -41,7 +41,7 @@ rows' trip to the head's device.
 
 Memory. ``max_cache_tokens`` bounds the K/V slots (default: as many as fit in
 1 GiB); the budget, LRU eviction and batch splitting all live in
-:mod:`llamppl.lm.trie_cache`. Next-token log-prob vectors (``4 * vocab_size``
+:mod:`llamppl.lm.hf.trie_cache`. Next-token log-prob vectors (``4 * vocab_size``
 bytes each) are kept for the ``max_cached_logprobs`` most recent nodes; other
 cached nodes recompute them from their stored hidden state with the LM head
 only (no transformer forward).
@@ -54,8 +54,11 @@ from typing import Any
 
 import torch
 
-from ..threads import apply_default_threads
-from .base import check_contexts
+from ...threads import apply_default_threads
+from ..base import check_contexts
+from ..hf_vocab import HFTokenizerLM
+from ..trie import TokenTrie, TrieNode
+from .arch import Architecture, inspect_architecture
 from .batch_plan import (
     Request,
     count_new_tokens,
@@ -64,13 +67,10 @@ from .batch_plan import (
     shared_prefix,
 )
 from .exactness import rounding_tolerance, verify_exact
-from .hf_arch import Architecture, inspect_architecture
-from .hf_load import check_device, check_dtype, load_default, load_pretrained, place_model
-from .hf_vocab import HFTokenizerLM
 from .kv_pool import PoolCache
+from .load import check_device, check_dtype, load_default, load_pretrained, place_model
 from .prefix_attention import PrefixState, pool_layers, prefix_eligible, sharing_prefix
 from .tree_mask import layer_masks, tree_mask
-from .trie import TokenTrie, TrieNode
 from .trie_cache import CacheStats, TrieCache
 
 __all__ = ["CacheStats", "CachedCausalLM", "rounding_tolerance"]
@@ -109,8 +109,6 @@ class CachedCausalLM(HFTokenizerLM):
     stats : CacheStats
         Work and memory counters.
     """
-
-    backend = "hf"  # LLaMPPL's lm.backend
 
     def __init__(
         self,
@@ -169,7 +167,7 @@ class CachedCausalLM(HFTokenizerLM):
     def verify_exact(self, tolerance: float | None = None) -> float:
         """Compare cached log-probs with a fresh full forward on a probe tree; refuse on mismatch.
 
-        See :func:`llamppl.lm.exactness.verify_exact`: ``tolerance`` defaults to
+        See :func:`llamppl.lm.hf.exactness.verify_exact`: ``tolerance`` defaults to
         :func:`rounding_tolerance` (1e-3 in float32); returns the largest
         difference, raises ``ValueError`` naming the architecture if it exceeds
         the tolerance. The cache and the counters are cleared afterwards. A mismatch
@@ -193,7 +191,7 @@ class CachedCausalLM(HFTokenizerLM):
 
         ``path`` may also name a model already in the local Hugging Face cache.
         Extra keyword arguments go to ``AutoModelForCausalLM.from_pretrained``
-        (:func:`llamppl.lm.hf_load.load_pretrained`). Raises ``ValueError`` naming
+        (:func:`llamppl.lm.hf.load.load_pretrained`). Raises ``ValueError`` naming
         ``path`` if it cannot be found locally, and naming ``device`` or ``dtype``
         if this torch build cannot use them.
         """
@@ -247,13 +245,13 @@ class CachedCausalLM(HFTokenizerLM):
 
     @property
     def arch(self) -> Architecture:
-        """What :mod:`llamppl.lm.hf_arch` read about the model (windows, K/V shapes, head)."""
+        """What :mod:`llamppl.lm.hf.arch` read about the model (windows, K/V shapes, head)."""
         return self._arch
 
     @property
     def share_prefix(self) -> bool:
         """Whether a forward's rows read their common cached prefix once per layer: ``sdpa``,
-        no sliding windows (:mod:`llamppl.lm.prefix_attention`); off for good if the model's
+        no sliding windows (:mod:`llamppl.lm.hf.prefix_attention`); off for good if the model's
         layers bypass transformers' attention interface (found at the first such forward)."""
         return self._share_prefix
 
@@ -268,7 +266,7 @@ class CachedCausalLM(HFTokenizerLM):
 
     @property
     def max_cache_tokens(self) -> int:
-        """The K/V budget in tokens (see :mod:`llamppl.lm.trie_cache`)."""
+        """The K/V budget in tokens (see :mod:`llamppl.lm.hf.trie_cache`)."""
         return self._cache.capacity
 
     @property
@@ -355,7 +353,7 @@ class CachedCausalLM(HFTokenizerLM):
         return [(r.index, path[-1], path[-1].hidden) for r, path in zip(requests, paths)]
 
     def _run_groups(self, groups: list[list[TrieNode]], bases: list[TrieNode]) -> None:
-        """One batched forward, a row per group (:func:`~llamppl.lm.batch_plan.plan_rows`);
+        """One batched forward, a row per group (:func:`~llamppl.lm.hf.batch_plan.plan_rows`);
         fills the groups' K/V slots and ``node.hidden``. All index data goes to the
         device in ONE upload (:meth:`_upload`)."""
         pool, dev = self._pool, self._device

@@ -2,7 +2,7 @@
 
 One place owns the memory budget and the eviction policy. A :class:`TrieCache`
 joins the :class:`~llamppl.lm.trie.TokenTrie` (which tokens are cached, their
-slots, LRU order, locks) and the :class:`~llamppl.lm.kv_pool.KVPool` (their
+slots, LRU order, locks) and the :class:`~llamppl.lm.hf.kv_pool.KVPool` (their
 K/V, grown on demand up to the same capacity), and keeps the memory gauges of
 :class:`CacheStats`:
 
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..validation import check_positive_int
-from .base import LMStats
+from ...validation import check_positive_int
+from ..base import LMStats
+from ..trie import TokenTrie, TrieNode
 from .batch_plan import Request
 from .kv_pool import KVPool, slot_bytes
-from .trie import TokenTrie, TrieNode
 
 __all__ = ["DEFAULT_CACHE_BYTES", "CacheStats", "TrieCache", "cache_capacity"]
 
@@ -75,7 +75,7 @@ class CacheStats(LMStats):
     shared_prefix_tokens : int
         Key columns not gathered per row because every row of the forward shared them:
         rows x shared prefix tokens, summed over forwards
-        (:mod:`llamppl.lm.prefix_attention` reads them once per layer instead).
+        (:mod:`llamppl.lm.hf.prefix_attention` reads them once per layer instead).
     """
 
     cached_tokens: int = 0
@@ -112,7 +112,7 @@ class TrieCache:
     max_cache_tokens : int | None
         K/V slots; None: as many as fit in 1 GiB (:func:`cache_capacity`).
     n_layers, n_kv_heads, head_dim, v_head_dim, dtype, device, layer_devices
-        The model's K/V shapes and placement (:class:`~llamppl.lm.kv_pool.KVPool`).
+        The model's K/V shapes and placement (:class:`~llamppl.lm.hf.kv_pool.KVPool`).
 
     Attributes
     ----------

@@ -1,6 +1,6 @@
 """The exactness probe of :class:`~llamppl.CachedCausalLM`: cached log-probs vs a fresh forward.
 
-:mod:`llamppl.lm.hf_arch` admits an architecture from its config and one probe
+:mod:`llamppl.lm.hf.arch` admits an architecture from its config and one probe
 forward; this module checks the result numerically at construction. A small
 probe tree (contexts of different lengths, siblings below a fresh prefix, a
 cached-prefix extension, two rows sharing a cached prefix, longer than any
@@ -48,7 +48,7 @@ def probe_contexts(
 
     First batch: padding and a tree row (siblings below a fresh prefix); second:
     an extension of a cached prefix; third: two rows extending different cached
-    contexts with a common prefix (:mod:`llamppl.lm.prefix_attention`'s path). The
+    contexts with a common prefix (:mod:`llamppl.lm.hf.prefix_attention`'s path). The
     first two batches fit ``max_cache_tokens``.
     """
     finite = [w for w in windows if w is not None]

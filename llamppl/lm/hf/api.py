@@ -7,7 +7,7 @@ never passes a deprecated spelling: it reads the model's own ``forward`` signatu
 when it loads the model and uses the name found there for every later call, so
 the same code runs warning-free on the oldest and on the newest supported release::
 
-    from llamppl.lm.hf_api import cache_keyword, output_cache
+    from llamppl.lm.hf.api import cache_keyword, output_cache
 
     key = cache_keyword(model.base_model)                      # "cache" or "past_key_values"
     out = model.base_model(input_ids=ids, **{key: cache}, use_cache=True)

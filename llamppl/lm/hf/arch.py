@@ -20,7 +20,7 @@ probe forward, never from a list of model names:
   are refused: a pooled row's columns are not its tokens' positions.
 - **The cache argument's name** (``cache`` from transformers 5.24,
   ``past_key_values`` before) comes from the forward signature
-  (:func:`~llamppl.lm.hf_api.cache_keyword`), once, here.
+  (:func:`~llamppl.lm.hf.api.cache_keyword`), once, here.
 - **K/V shapes** come from a one-token probe through a ``DynamicCache``:
   multi-query heads (Falcon), different K and V widths (multi-head latent
   attention), per-layer devices.
@@ -31,7 +31,7 @@ probe forward, never from a list of model names:
 Attention soft-capping and query scaling (Gemma 2's ``attn_logit_softcapping``
 and ``query_pre_attn_scalar``) live inside the attention modules, which run
 unchanged, so they need nothing here. Whatever this module misses, the
-construction-time probe in :mod:`llamppl.lm.cached_causal_lm` catches: it
+construction-time probe in :mod:`llamppl.lm.hf.cached_causal_lm` catches: it
 compares cached log-probs with a fresh forward and refuses the model if they
 differ.
 """
@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from .hf_api import cache_keyword
+from .api import cache_keyword
 
 __all__ = ["Architecture", "inspect_architecture"]
 

@@ -2,8 +2,8 @@
 
 In an SMC step the N rows of one batched forward usually extend the same
 cached prompt (their bases' common trie path, ``S`` tokens). The per-row
-layout of :mod:`llamppl.lm.batch_plan` copies those ``S`` keys and values into
-every row; here they stay in the :class:`~llamppl.lm.kv_pool.KVPool` (a view
+layout of :mod:`llamppl.lm.hf.batch_plan` copies those ``S`` keys and values into
+every row; here they stay in the :class:`~llamppl.lm.hf.kv_pool.KVPool` (a view
 when their slots are contiguous, else ONE ``index_select``) and each row
 gathers only its own keys past the prefix. :func:`prefix_attention` attends
 every row's queries to both parts and merges them exactly with the
@@ -48,7 +48,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from .hf_arch import Architecture
+from .arch import Architecture
 from .kv_pool import KVPool, PoolLayer
 
 __all__ = [
@@ -97,7 +97,7 @@ def prefix_eligible(arch: Architecture, attn_implementation: str) -> bool:
 
 
 class PrefixPoolLayer(PoolLayer):
-    """A :class:`~llamppl.lm.kv_pool.PoolLayer` whose rows hold only their keys past the shared prefix.
+    """A :class:`~llamppl.lm.hf.kv_pool.PoolLayer` whose rows hold only their keys past the shared prefix.
 
     ``prefix_kv`` is ``(start, S)`` when the prefix's slots are ``start, ..., start + S - 1``
     (its K/V are a view of the pool), or a ``(S,)`` long tensor of its slots (read once).

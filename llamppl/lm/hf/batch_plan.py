@@ -24,7 +24,7 @@ so it is tested on a bare :class:`~llamppl.lm.trie.TokenTrie`. The steps:
 4. :func:`shared_prefix`: the trie path every row's base extends (their common
    ancestor) and whether its slots are contiguous. ``plan_rows(..., shared=S)``
    then leaves those ``S`` keys out of every row (``P`` counts the keys past
-   them), for :mod:`llamppl.lm.prefix_attention` to read once for all rows.
+   them), for :mod:`llamppl.lm.hf.prefix_attention` to read once for all rows.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .trie import TrieNode
+from ..trie import TrieNode
 
 __all__ = [
     "Request",

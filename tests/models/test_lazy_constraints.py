@@ -1,0 +1,169 @@
+"""HardConstraint's lazy proposal, endings, time bound and composition, against exact sums.
+
+The lazy (AWRS) draw checks only the tokens it draws; its SMC estimates must equal the
+exact conditional of ``enumerate_exact`` / a brute-force sum: E[Ẑ π̂(s)] = Z π(s) for
+every string s (the unnormalised posterior is unbiased), within 4 standard errors over
+seeded runs. Checks are counted, and a check that runs too long kills its particle only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import numpy as np
+import pytest
+
+from llamppl import FunctionLM, run
+from llamppl.decoding.constraints import PredicateConstraint
+from llamppl.decoding.time_bound import CheckTimeout, time_bound
+from llamppl.inference import enumerate_exact, importance_sampling, smc_standard
+from llamppl.models import HardConstraint, max_word_length, regex_prefix
+
+VOCAB = ["a", "b", "ab", "c\n", "\n", "ba", "<eos>"]
+EOS = 6
+PROMPT = [0]
+
+
+def _logits(ctx):
+    n, last = len(ctx), ctx[-1]
+    return [math.cos(1.3 * i + 0.7 * n + 0.4 * last) for i in range(EOS)] + [-0.8 + 0.4 * n]
+
+
+LM = FunctionLM(VOCAB, EOS, _logits)
+
+
+def no_double_b(text: str) -> bool:
+    """A plain Python predicate (no cheap mask): no "bb", and at most 3 letters."""
+    return "bb" not in text and len(text.replace("\n", "")) <= 3
+
+
+def _brute(max_tokens, stop, truncated="check"):
+    """{string: P} and Z with the newline rule: a token containing a newline ends the text."""
+    ends = {EOS} | ({3, 4} if stop == "newline" else set())
+    weights: dict[str, float] = {}
+    for k in range(1, max_tokens + 1):
+        for seq in itertools.product(range(len(VOCAB)), repeat=k):
+            if any(t in ends for t in seq[:-1]):
+                continue
+            ended = seq[-1] in ends
+            body = seq[:-1] if ended else seq
+            texts = ["".join(VOCAB[i] for i in body[:t]) for t in range(1, len(body) + 1)]
+            if not all(no_double_b(t) for t in texts):
+                continue
+            text = texts[-1] if texts else ""
+            if not ended and k < max_tokens:
+                continue
+            if (ended or truncated == "check") and not no_double_b(text):
+                continue
+            if not ended and truncated == "drop":
+                continue
+            key = LM.decode(list(seq))
+            weights[key] = weights.get(key, 0.0) + math.exp(LM.sequence_logprob(PROMPT, seq))
+    z = sum(weights.values())
+    return {key: w / z for key, w in weights.items()}, z
+
+
+@pytest.mark.parametrize("stop", ["eos", "newline"])
+@pytest.mark.parametrize("proposal", ["lazy", "mask", "sample"])
+def test_newline_stop_and_every_proposal_are_exact(stop, proposal):
+    target, z = _brute(3, stop)
+    model = HardConstraint(LM, PROMPT, no_double_b, proposal, 3, stop=stop)
+    exact = run(enumerate_exact(model))
+    assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10)
+    assert exact.posterior.keys() == target.keys()
+    for key, w in target.items():
+        assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
+    if stop == "newline":  # a newline token ends the text and is not part of it
+        assert all("\n" not in p.text for p in exact.particles)
+
+
+def test_plain_callable_defaults_to_the_lazy_proposal_and_its_smc_is_unbiased():
+    """E[Ẑ π̂(s)] = Z π(s) for every string, over 300 seeded runs of SMC with N = 4."""
+    target, z = _brute(3, "newline")
+    model = HardConstraint(LM, PROMPT, no_double_b, max_tokens=3, stop="newline")
+    assert model.proposal == "lazy"
+    runs = [run(smc_standard(model, 4, seed=s)) for s in range(300)]
+    z_hats = np.array([math.exp(r.log_ml) for r in runs])
+    se = z_hats.std(ddof=1) / math.sqrt(len(runs))
+    assert abs(z_hats.mean() - z) <= 4 * se
+    for key, w in target.items():
+        est = np.array([math.exp(r.log_ml) * r.posterior.get(key, 0.0) for r in runs])
+        se_k = max(est.std(ddof=1), math.sqrt(z * w)) / math.sqrt(len(runs))
+        assert abs(est.mean() - z * w) <= 4 * se_k, (key, est.mean(), z * w)
+
+
+def test_lazy_checks_only_the_tokens_it_draws():
+    counted = PredicateConstraint(no_double_b)
+    model = HardConstraint(LM, PROMPT, counted, max_tokens=3, stop="newline")
+    result = run(importance_sampling(model, 8, seed=0))  # independent particles: every check kept
+    steps = sum(len(p.context.generated) for p in result.particles)
+    assert counted.calls == sum(p.checks for p in result.particles) + 1  # + predicate("")
+    # each step: its rejections, the accepted token and the weight's extra check, at most
+    # every token once; far fewer here than the 8 x |V| calls per step of the mask
+    assert counted.calls <= steps * len(VOCAB)
+    mask_counted = PredicateConstraint(no_double_b)
+    run(
+        smc_standard(HardConstraint(LM, PROMPT, mask_counted, "mask", 3, stop="newline"), 8, seed=0)
+    )
+    assert counted.calls < mask_counted.calls
+
+
+def test_a_check_that_runs_too_long_kills_its_particle_not_the_run():
+    def slow_on_c(text: str) -> bool:
+        while text.endswith("ba"):  # Python code that never returns: interrupted at the bound
+            pass
+        return no_double_b(text)
+
+    model = HardConstraint(LM, PROMPT, slow_on_c, "sample", 3, check_timeout=0.2)
+    start = time.monotonic()
+    result = run(smc_standard(model, 16, seed=1))
+    assert time.monotonic() - start < 20
+    causes = {p.failure for p in result.particles} - {None}
+    assert any(c.startswith("check timed out") for c in causes), causes
+    assert any(p.failure is None for p in result.particles)
+
+
+def test_a_backtracking_regex_is_bounded_by_the_regex_engines_own_timeout():
+    """C code cannot be interrupted from Python; regex_prefix passes the bound as ``timeout=``."""
+    pattern = regex_prefix(r"(a|aa)+b")
+    with time_bound(0.3):
+        start = time.monotonic()
+        with pytest.raises(CheckTimeout):
+            pattern("a" * 36 + "c")
+        assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("truncated", ["check", "drop", "keep"])
+def test_cut_texts_follow_the_truncated_option(truncated):
+    target, z = _brute(2, "eos", truncated)
+    model = HardConstraint(LM, PROMPT, no_double_b, "lazy", 2, truncated=truncated)
+    exact = run(enumerate_exact(model))
+    assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10)
+    assert exact.posterior.keys() == target.keys()
+    for key, w in target.items():
+        assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
+
+
+def test_composition_masks_the_cheap_part_and_checks_the_costly_one_lazily():
+    counted = PredicateConstraint(lambda t: "ab" not in t)
+    both = max_word_length(2) & counted
+    model = HardConstraint(LM, PROMPT, both, max_tokens=3)
+    assert model.proposal == "lazy" and both.cheap_parts and both.costly_parts
+    expected = run(enumerate_exact(HardConstraint(LM, PROMPT, both, "mask", 3)))
+    exact = run(enumerate_exact(model))
+    assert exact.log_ml == pytest.approx(expected.log_ml, abs=1e-10)
+    for key, w in expected.posterior.items():
+        assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
+
+
+def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="stop must be one of"):
+        HardConstraint(LM, PROMPT, no_double_b, stop="period")
+    with pytest.raises(ValueError, match="truncated must be one of"):
+        HardConstraint(LM, PROMPT, no_double_b, truncated="maybe")
+    with pytest.raises(ValueError, match="check_timeout must be a positive number"):
+        HardConstraint(LM, PROMPT, no_double_b, check_timeout=0)
+    with pytest.raises(ValueError, match="proposal must be one of"):
+        HardConstraint(LM, PROMPT, no_double_b, proposal="greedy")
