@@ -2,8 +2,10 @@
 
 (lm)  The quickstart task (examples/quickstart.py: "The Fed says", no word longer than
       five letters, 30 tokens, ``smc_steer`` N=16, K=3, seed 0) through ``CachedCausalLM``
-      and through ``VLLMLM`` (both capture modes, one engine) in ONE process: wall time,
-      engine calls (forwards / ``generate`` calls) and tokens computed, with ratios.
+      and through ``VLLMLM`` (one engine; both capture modes, each with one-token requests
+      per round and with ``live=True``, particles as live requests) in ONE process: wall
+      time, engine calls (forwards / ``generate`` calls / engine steps) and tokens
+      computed, with ratios to the trie.
       Needs vLLM: run it from ``.venv-vllm`` (``bash scripts/setup-vllm.sh``).
 (ray) ``run_many`` throughput (jobs/minute, worker start-up included) for 1 vs 2 Ray
       workers on the embedded model: ``--jobs`` jobs of ``smc_standard`` on the quickstart
@@ -13,7 +15,11 @@
 ::
 
     .venv-vllm/bin/python benchmarks/bench_backends.py --part lm
+    .venv-vllm/bin/python benchmarks/bench_backends.py --part lm --model /models/Qwen2.5-7B-Instruct
     .venv/bin/python benchmarks/bench_backends.py --part ray
+
+(``--model``: a local model on one GPU, both backends in bfloat16, vLLM given half the
+GPU memory; see docs/scaling/gpu_server.md.)
 
 Threads: torch gets ``--threads`` (default 1); vLLM's CPU backend pins its own OpenMP
 threads, so ``VLLM_CPU_OMP_THREADS_BIND`` is set to the same number of cores.
@@ -46,31 +52,45 @@ def bench_lm(args: argparse.Namespace) -> None:
         result = run(smc_steer(model, args.particles, args.beam, seed=0, progress=False))
         return time.perf_counter() - t0, result.stats
 
-    hf = CachedCausalLM.default()
+    if args.model is None:  # the embedded SmolLM2-135M, fp32, on the CPU
+        hf = CachedCausalLM.default()
+        path, dtype = converted_dir(), "float32"
+    else:  # a local model directory on args.device (e.g. a 7B model on one GPU)
+        path, dtype = args.model, args.dtype
+        hf = CachedCausalLM.from_pretrained(path, args.device, dtype=getattr(torch, dtype))
     t0 = time.perf_counter()
-    vlm = VLLMLM.from_pretrained(converted_dir(), dtype="float32", max_model_len=512)
+    engine_kw = {"gpu_memory_utilization": args.gpu_memory_utilization}
+    vlm = VLLMLM.from_pretrained(path, dtype=dtype, max_model_len=512, **engine_kw)
     start = time.perf_counter() - t0
     backends = [
         ("CachedCausalLM (token trie)", lambda: CachedCausalLM(hf.model, hf.tokenizer)),
-        ("VLLMLM capture=processor", lambda: VLLMLM(vlm.llm, capture="processor")),
-        ("VLLMLM capture=logprobs", lambda: VLLMLM(vlm.llm, capture="logprobs")),
+        ("VLLMLM live=True, processor", lambda: VLLMLM(vlm.llm, "processor", live=True)),
+        ("VLLMLM live=True, logprobs", lambda: VLLMLM(vlm.llm, "logprobs", live=True)),
+        ("VLLMLM live=False, processor", lambda: VLLMLM(vlm.llm, "processor", live=False)),
+        ("VLLMLM live=False, logprobs", lambda: VLLMLM(vlm.llm, "logprobs", live=False)),
     ]
-    quickstart(VLLMLM(vlm.llm))  # warm-up (first-call kernels), not timed
+    warm = VLLMLM(vlm.llm, capture="processor", live=True)
+    quickstart(warm)  # warm-up (first-call kernels), not timed
+    warm.release()
     print(
         f"quickstart smc_steer N={args.particles} K={args.beam}, {args.max_tokens} tokens; "
         f"torch threads {torch.get_num_threads()}, vLLM start-up {start:.1f} s"
     )
-    print(f"{'backend':30} {'wall s':>8} {'engine calls':>13} {'tokens':>8} {'wall/HF':>8}")
+    print(
+        f"{'backend':32} {'wall s':>8} {'engine calls':>13} {'tokens':>8} "
+        f"{'wall/trie':>10} {'tokens/trie':>12}"
+    )
     base = None
     for name, make in backends:
         lm = make()
-        if hasattr(lm, "clear_cache"):
-            lm.clear_cache()
+        lm.clear_cache()
         wall, stats = quickstart(lm)
-        base = base or wall
+        if hasattr(lm, "release"):
+            lm.release()  # free the last round's live requests before the next row
+        base = base or (wall, stats["tokens_run"])
         print(
-            f"{name:30} {wall:8.2f} {stats['forward_calls']:13d} {stats['tokens_run']:8d} "
-            f"{wall / base:8.2f}"
+            f"{name:32} {wall:8.2f} {stats['forward_calls']:13d} {stats['tokens_run']:8d} "
+            f"{wall / base[0]:10.2f} {stats['tokens_run'] / base[1]:12.2f}"
         )
 
 
@@ -112,6 +132,17 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=30)
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--model", default=None, help="local model directory (default: the embedded SmolLM2)"
+    )
+    parser.add_argument("--device", default="cuda", help="CachedCausalLM's device with --model")
+    parser.add_argument("--dtype", default="bfloat16", help="both backends' dtype with --model")
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.5,
+        help="vLLM's share of the GPU (the trie's model shares it)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

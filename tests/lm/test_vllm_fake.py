@@ -117,7 +117,7 @@ class FakeEngine:
 
 def make_lm(**kw) -> tuple[VLLMLM, FakeEngine]:
     engine = FakeEngine()
-    return VLLMLM(engine, capture="logprobs", sampling_params=Params, **kw), engine
+    return VLLMLM(engine, capture="logprobs", sampling_params=Params, live=False, **kw), engine
 
 
 class Words(Model):

@@ -1,11 +1,12 @@
-"""``VLLMLM`` on a real vLLM engine (the CPU build) serving the embedded SmolLM2.
+"""``VLLMLM`` on a real vLLM engine (the CPU build) serving the embedded SmolLM2, both modes.
 
 Runs only where vLLM is importable: from ``.venv-vllm`` (``bash scripts/setup-vllm.sh``;
 ``scripts/test.sh`` does this after the main suite)::
 
     .venv-vllm/bin/python -m pytest -q -m vllm tests/lm/test_vllm_lm.py
 
-One engine per module (in process, fp32, 1 GiB of K/V, ~10 s to start).
+One engine per module (in process, fp32, 1 GiB of K/V, ~10 s to start); the tests wrap
+it in ``VLLMLM`` objects of either mode (``live=True``: particles as live requests).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ vllm = pytest.importorskip(
 )
 
 from llamppl import LMContext, Model  # noqa: E402
-from llamppl.inference import smc_standard  # noqa: E402
+from llamppl.inference import smc_standard, smc_steer  # noqa: E402
 from llamppl.lm.hf.embedded import converted_dir  # noqa: E402
 from llamppl.lm.vllm_lm import VLLMLM  # noqa: E402
 
@@ -66,26 +67,34 @@ def gather(lm, contexts):
     return asyncio.run(go())
 
 
-def test_logprobs_match_cached_causal_lm(vlm, make_lm):
+@pytest.mark.parametrize("live", [True, False])
+def test_logprobs_match_cached_causal_lm(vlm, make_lm, live):
+    vlm = VLLMLM(vlm.llm, capture="processor", live=live)
     hf = make_lm()
     assert vlm.vocab_size == hf.vocab_size and vlm.vocab == hf.vocab
     assert vlm.eos_token_id == hf.eos_token_id and vlm.bos_token_id == hf.bos_token_id
     prompt = vlm.encode("In a small village by the sea, an old fisherman")
     contexts = [prompt] + [prompt + [t, 17 + t] for t in (11, 2000, 30000, 49100)]
     got, want = gather(vlm, contexts), gather(hf, contexts)
-    assert vlm.stats.engine_calls == 1 and vlm.batch_calls == 1
+    assert vlm.batch_calls == 1  # one round
+    if live:  # the prompt first, then four requests forked from it: 2 tokens each
+        assert vlm.stats.engine_calls == 2 and vlm.stats.forks == 4
+        assert vlm.stats.tokens_computed == len(prompt) + 4 * 2
+    else:  # one generate call, five requests
+        assert vlm.stats.engine_calls == 1
     for g, w in zip(got, want):
         assert g.dtype == torch.float32 and g.shape == (vlm.vocab_size,) and g.device == vlm.device
         assert (g - w).abs().max().item() < TOL
         # normalised: float32 log_softmax over 49,152 entries sums to 1 within ~1e-5 (measured 1.6e-5)
         assert abs(torch.logsumexp(g.double(), 0).item()) < 1e-4
     # the documented output path (logprobs=-1) on the same engine gives the same rows
-    via_outputs = VLLMLM(vlm.llm, capture="logprobs")
+    via_outputs = VLLMLM(vlm.llm, capture="logprobs", live=live)
     for g, o in zip(got, gather(via_outputs, contexts)):
         assert (g - o).abs().max().item() < 1e-6
 
 
 def test_prefix_cache_serves_a_shared_prompt(vlm):
+    vlm = VLLMLM(vlm.llm, capture="processor", live=False)
     prompt = vlm.encode(" ".join(["The quick brown fox jumps over the lazy dog."] * 8))
     assert len(prompt) >= 64
     vlm.clear_cache()
@@ -100,8 +109,9 @@ def test_prefix_cache_serves_a_shared_prompt(vlm):
     assert vlm.stats.tokens_computed == first + 16 * (len(prompt) + 1 - blocks)
 
 
-def test_smc_standard_quickstart_one_engine_call_per_step(vlm):
-    vlm.stats.reset()
+@pytest.mark.parametrize("live", [True, False])
+def test_smc_standard_quickstart_one_engine_call_per_step(vlm, live):
+    vlm = VLLMLM(vlm.llm, capture="processor", live=live)
     calls0 = vlm.batch_calls
     result = asyncio.run(smc_standard(NoLongWords(vlm, "The Fed says"), 8, seed=0))
     steps = result.stats["steps"]
@@ -117,10 +127,10 @@ def test_capture_processor_follows_vllm_batch_updates():
     """The logits processor keeps row -> tag through vLLM's removed / added / moved updates."""
     from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
-    from llamppl.lm import vllm_lm
+    from llamppl.lm import vllm_port
 
-    proc = vllm_lm._processor_class()(None, torch.device("cpu"), False)
-    tagged = lambda t: vllm.SamplingParams(extra_args={vllm_lm._TAG: t})  # noqa: E731
+    proc = vllm_port.processor_class()(None, torch.device("cpu"), False)
+    tagged = lambda t: vllm.SamplingParams(extra_args={vllm_port.CAPTURE_TAG: t})  # noqa: E731
     plain = vllm.SamplingParams()
     proc.update_state(
         BatchUpdate(
@@ -149,8 +159,148 @@ def test_capture_processor_follows_vllm_batch_updates():
     logits = torch.randn(4, 7)
     assert proc.apply(logits) is logits  # logits pass through unchanged
     try:
+        rows = vllm_port.captured_rows(["a", "b", "c"])
         for row, tag in proc.tags.items():
-            assert torch.equal(vllm_lm._CAPTURED[tag], torch.log_softmax(logits[row], -1))
+            assert torch.equal(rows["abc".index(tag)], torch.log_softmax(logits[row], -1))
+        # one (3, V) tensor for the step: the rows are views of it
+        assert len({r.untyped_storage().data_ptr() for r in rows}) == 1
     finally:
-        for tag in "abc":
-            vllm_lm._CAPTURED.pop(tag, None)
+        vllm_port.forget_captured(["a", "b", "c"])
+
+
+# ---------------------------------------------------------------------- live requests
+def scheduler(vlm):
+    return vlm.llm.llm_engine.engine_core.engine_core.scheduler  # the in-process engine's
+
+
+def test_live_forks_load_their_ancestor_and_dead_particles_are_freed(vlm, make_lm):
+    hf = make_lm()
+    lm = VLLMLM(vlm.llm, capture="processor", live=True)
+    prompt = vlm.encode(" ".join(["The quick brown fox jumps over the lazy dog."] * 4))
+    assert len(prompt) % 32 != 0  # the prompt ends inside a partial block
+    gather(lm, [prompt])
+    assert lm.stats.tokens_computed <= len(prompt)  # (a full block may be prefix-cached)
+    lm.stats.reset()
+    kids = [prompt + [t] for t in (11, 2000, 30000, 49100)]
+    rows = gather(lm, kids)
+    # one child extends the prompt's request, three fork from it and load its K/V:
+    # the engine runs ONE token per child, in one step
+    assert (lm.stats.extends, lm.stats.forks, lm.stats.engine_calls) == (1, 3, 1)
+    assert lm.stats.tokens_computed == 4
+    for g, w in zip(rows, gather(hf, kids)):
+        assert (g - w).abs().max().item() < TOL
+    mine = lambda: {r for r in scheduler(vlm).requests if r.startswith(lm._tag_prefix)}  # noqa: E731
+    assert len(mine()) == 4
+    lm.stats.reset()
+    grand = [kids[0] + [13], kids[0] + [14], kids[2] + [15]]  # kids 1 and 3 died
+    rows = gather(lm, grand)
+    assert lm.stats.freed == 2 and len(mine()) == 3  # freed at the end of the round
+    assert lm.stats.tokens_computed == 3 and lm.stats.engine_calls == 1
+    for g, w in zip(rows, gather(hf, grand)):
+        assert (g - w).abs().max().item() < TOL
+    lm.release()
+    assert not mine()
+
+
+class Counting(NoLongWords):
+    """The quickstart model, recording the distinct contexts read at every step."""
+
+    seen: list[set] = []
+
+    async def step(self) -> None:
+        n = len(self.context.generated)
+        while len(Counting.seen) <= n:
+            Counting.seen.append(set())
+        Counting.seen[n].add(tuple(self.context.tokens))
+        await super().step()
+
+
+def test_live_smc_steer_runs_one_token_per_distinct_context_and_step(vlm, make_lm):
+    lm = VLLMLM(vlm.llm, capture="processor", live=True)
+    Counting.seen = []
+    result = asyncio.run(smc_steer(Counting(lm, "The Fed says", max_tokens=10), 8, 3, seed=0))
+    distinct = [len(s) for s in Counting.seen]
+    prompt = len(next(iter(Counting.seen[0])))
+    assert lm.stats.engine_calls == result.stats["steps"] == len(distinct)
+    assert lm.stats.tokens_computed == prompt + sum(distinct[1:])  # the trie's minimum
+    hf = make_lm()
+    trie = asyncio.run(smc_steer(NoLongWords(hf, "The Fed says", max_tokens=10), 8, 3, seed=0))
+    assert lm.stats.tokens_computed <= 1.1 * trie.stats["tokens_run"]
+    lm.release()
+
+
+def _same_run(live, trie) -> None:
+    assert [str(p) for p in live.particles] == [str(p) for p in trie.particles]
+    assert live.log_ml == pytest.approx(trie.log_ml, abs=1e-3)
+
+
+def test_live_library_programs_run_unchanged(vlm, make_lm):
+    """HardConstraint, generate_json and power_smc give the trie's runs on live requests."""
+    from llamppl.models import HardConstraint, generate_json, max_word_length, power_smc
+
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
+    runs = {
+        "hard": lambda lm: asyncio.run(
+            smc_standard(
+                HardConstraint(lm, "The Fed says", max_word_length(5), max_tokens=8), 6, seed=1
+            )
+        ),
+        "json": lambda lm: (
+            generate_json(
+                lm, "Maria Lopez, 34. As JSON:", schema, n_particles=3, seed=0, max_tokens=20
+            ).result
+        ),
+        "power": lambda lm: (
+            asyncio.run(
+                power_smc(lm, "The Fed says", alpha=2.0, n_particles=6, max_tokens=6, seed=0)
+            ).result
+        ),
+    }
+    for name, go in runs.items():
+        lm, hf = VLLMLM(vlm.llm, capture="processor", live=True), make_lm()
+        live, trie = go(lm), go(hf)
+        _same_run(live, trie)
+        assert lm.stats.tokens_computed <= 1.1 * hf.stats.tokens_run, name
+        lm.release()
+
+
+def test_live_host_syncs_per_step_do_not_grow_with_n(vlm):
+    from tests.core.test_host_syncs import syncs_per_step
+
+    eos = min(vlm.eos_token_ids)
+    counts = {}
+    for n in (2, 8, 32):
+        lm = VLLMLM(vlm.llm, capture="processor", live=True)
+        counts[n] = syncs_per_step(lm, n, steps=3, eos=eos, observed=11)
+        lm.release()
+    assert counts[2] == counts[8] == counts[32], counts
+
+
+def test_live_llamppl_and_hfppl_forms_run_unchanged(vlm, tmp_path, monkeypatch):
+    """The peers' program forms (tests/compat/test_peer_forms.py), LLM = a live VLLMLM."""
+    from hfppl import smc_steer as h_smc_steer
+    from tests.compat.test_peer_forms import FewLetters, NoE
+
+    monkeypatch.chdir(tmp_path)
+    LLM = VLLMLM(vlm.llm, capture="processor", live=True)  # noqa: N806
+    assert LLM.backend == "vllm"
+    LLM.cache_kv(LLM.tokenizer.encode("The sky"))
+    particles = asyncio.run(
+        smc_standard(FewLetters(LLM, "The sky", 3), 3, 0.5, "html", "results/output.json")
+    )
+    assert len(particles) == 3 and (tmp_path / "results" / "output.json").exists()
+    for p in particles:
+        if p.weight > float("-inf"):
+            assert all(t in p.allowed for t in p.context.generated if t != p.eos_token_id)
+    # start + 3 steps read 4 rounds; each live particle computes one token per round
+    assert LLM.stats.engine_calls <= LLM.batch_calls + 1
+    assert LLM.stats.tokens_computed <= len(LLM.encode("The sky")) + 3 * 3
+    particles = asyncio.run(h_smc_steer(NoE(LLM, "The weather today is", "e"), 2, 2))
+    assert 1 <= len(particles) <= 2
+    for particle in particles:
+        assert "e" not in particle.context.s
+    LLM.release()
