@@ -44,7 +44,7 @@ def bench_lm(args: argparse.Namespace) -> None:
     from llamppl import CachedCausalLM, run
     from llamppl.inference import smc_steer
     from llamppl.lm.hf.embedded import converted_dir
-    from llamppl.lm.vllm_lm import VLLMLM
+    from llamppl.lm.vllm.lm import VLLMLM
 
     def quickstart(lm) -> tuple[float, dict]:
         model = NoLongWords(lm, "The Fed says", 5, args.max_tokens)

@@ -21,7 +21,7 @@ object and its result takes the name. Rows are installed by :mod:`llamppl.compat
 hook); ``docs/compat.md`` lists every row, which ``tests/compat/test_table.py`` checks.
 
 A module that moves adds one row from its old path (``"llamppl.lm.vllm_lm":
-"llamppl.lm.vllm.vllm_lm"``) and renames the rows whose keys or values name it.
+"llamppl.lm.vllm.lm"``) and renames the rows whose keys or values name it.
 
     from llamppl.compat.table import ALIASES
     ALIASES["llamppl.llms:CachedTransformer"]      # 'llamppl.lm:CachedCausalLM'
@@ -43,6 +43,8 @@ ALIASES: dict[str, str] = {
     "llamppl.models.grammar_logits": "llamppl.decoding.grammar_logits",
     "llamppl.models.power_law": "llamppl.decoding.power_law",
     "llamppl.models.power_law_proposal": "llamppl.decoding.power_law_proposal",
+    "llamppl.lm.vllm_lm": "llamppl.lm.vllm.lm",
+    "llamppl.lm.vllm_load": "llamppl.lm.vllm.load",
     "llamppl.lm.batch_plan": "llamppl.lm.hf.batch_plan",
     "llamppl.lm.cached_causal_lm": "llamppl.lm.hf.cached_causal_lm",
     "llamppl.lm.embedded": "llamppl.lm.hf.embedded",

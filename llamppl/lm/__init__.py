@@ -4,7 +4,7 @@ and the Hugging Face backed :class:`CachedCausalLM` with its token-trie KV cache
 from .base import LanguageModel, LMStats, validate_token_ids
 from .function_lm import FunctionLM
 from .hf.cached_causal_lm import CachedCausalLM, CacheStats
-from .vllm_lm import VLLMLM, VLLMStats
+from .vllm import VLLMLM, VLLMStats
 
 __all__ = [
     "LanguageModel",

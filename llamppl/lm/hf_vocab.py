@@ -24,7 +24,7 @@ Conventions (what constraints see):
   tokenizer's own decode (byte-level BPE: yes); otherwise decode with the tokenizer.
 
 :class:`HFTokenizerLM` is the tokenizer half both Hugging Face tokenizer backends
-(:class:`~llamppl.CachedCausalLM`, :class:`~llamppl.lm.vllm_lm.VLLMLM`) share: these
+(:class:`~llamppl.CachedCausalLM`, :class:`~llamppl.lm.vllm.lm.VLLMLM`) share: these
 tables, ``encode``/``decode``, the chat template and the next-token log-prob LRU.
 """
 

@@ -1,7 +1,7 @@
 """A fake of vLLM's v1 engine core with resumable requests, for ``VLLMLM(live=True)`` without vLLM.
 
 It serves a ``logits_fn`` (a :class:`FunctionLM`'s) the way vLLM 0.32 serves a model
-to :class:`llamppl.lm.vllm_port.CorePort`:
+to :class:`llamppl.lm.vllm.port.CorePort`:
 
 - ``llm_engine.input_processor.process_inputs(id, {"type": "token", ...}, params, tasks,
   resumable=True)`` makes a request; ``llm_engine.engine_core.add_request`` starts it or,
@@ -28,8 +28,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from llamppl.lm import vllm_port
-from llamppl.lm.vllm_engine import FORK_OF, FORK_TOKENS
+from llamppl.lm.vllm import port as vllm_port
+from llamppl.lm.vllm.engine import FORK_OF, FORK_TOKENS
 
 BLOCK = 4
 

@@ -20,7 +20,7 @@ import torch
 
 from llamppl import FunctionLM, LMContext, Model
 from llamppl.inference import enumerate_exact, smc_standard
-from llamppl.lm.vllm_lm import VLLMLM, import_vllm
+from llamppl.lm.vllm.lm import VLLMLM, import_vllm
 
 VOCAB = ["<eos>", "a", "b", "c", " ", "d"]
 BLOCK = 4

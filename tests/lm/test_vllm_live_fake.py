@@ -18,8 +18,8 @@ import torch
 
 from llamppl import FunctionLM, LMContext, Model
 from llamppl.inference import enumerate_exact, smc_standard, smc_steer
-from llamppl.lm.vllm_engine import Lane, fork_block_copies, plan_round
-from llamppl.lm.vllm_lm import VLLMLM
+from llamppl.lm.vllm.engine import Lane, fork_block_copies, plan_round
+from llamppl.lm.vllm.lm import VLLMLM
 from tests.lm.fake_vllm_core import BLOCK, FakeLLM, Params
 from tests.lm.test_vllm_fake import VOCAB, FakeTokenizer, Words, toy_logits
 

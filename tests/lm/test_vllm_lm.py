@@ -29,7 +29,7 @@ vllm = pytest.importorskip(
 from llamppl import LMContext, Model  # noqa: E402
 from llamppl.inference import smc_standard, smc_steer  # noqa: E402
 from llamppl.lm.hf.embedded import converted_dir  # noqa: E402
-from llamppl.lm.vllm_lm import VLLMLM  # noqa: E402
+from llamppl.lm.vllm.lm import VLLMLM  # noqa: E402
 
 # fp32 on both sides. The two engines compute the same function with different kernels
 # (vLLM's fused CPU attention/RMSNorm vs PyTorch SDPA) so they differ by float32 round-off:
@@ -127,7 +127,7 @@ def test_capture_processor_follows_vllm_batch_updates():
     """The logits processor keeps row -> tag through vLLM's removed / added / moved updates."""
     from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
-    from llamppl.lm import vllm_port
+    from llamppl.lm.vllm import port as vllm_port
 
     proc = vllm_port.processor_class()(None, torch.device("cpu"), False)
     tagged = lambda t: vllm.SamplingParams(extra_args={vllm_port.CAPTURE_TAG: t})  # noqa: E731

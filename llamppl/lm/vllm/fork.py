@@ -1,20 +1,20 @@
 """The vLLM KV connector that lets a forked particle start from its ancestor's K/V.
 
 Loaded by vLLM itself (``kv_transfer_config={"kv_connector": "ForkConnector",
-"kv_connector_module_path": "llamppl.lm.vllm_fork", ...}``, which
-:func:`llamppl.lm.vllm_load.build_engine` sets); never imported by llamppl's
+"kv_connector_module_path": "llamppl.lm.vllm.fork", ...}``, which
+:func:`llamppl.lm.vllm.load.build_engine` sets); never imported by llamppl's
 own code, so it may import vLLM at the top. What it does, in vLLM's words:
 
 - A new request whose ``SamplingParams.extra_args["kv_transfer_params"]`` holds
   ``{"fork_of": parent_request_id, "fork_tokens": n}`` was resampled from a
   live request whose first ``n`` tokens it shares and whose K/V for them is
-  computed (:mod:`llamppl.lm.vllm_engine` sends such requests).
+  computed (:mod:`llamppl.lm.vllm.engine` sends such requests).
 - Scheduler side: vLLM's prefix cache has already matched the ancestor's full
   blocks (they are shared, not copied). :meth:`ForkConnector.get_num_new_matched_tokens`
   reports the rest of the ``n`` tokens (at most one partial block) as loadable,
   so the scheduler neither recomputes them nor counts them as work; after
   allocation, :meth:`ForkConnector.update_state_after_alloc` pairs the parent's
-  blocks with the child's fresh ones (:func:`~llamppl.lm.vllm_engine.fork_block_copies`).
+  blocks with the child's fresh ones (:func:`~llamppl.lm.vllm.engine.fork_block_copies`).
 - Worker side: before the forward that computes the child's first new token,
   :meth:`ForkConnector.start_load_kv` copies those blocks inside every layer's
   K/V tensor on its own device (one ``index_copy_`` per layer; the K/V never
@@ -23,7 +23,7 @@ own code, so it may import vLLM at the top. What it does, in vLLM's words:
 Example of the engine argument (what ``build_engine`` passes to ``vllm.LLM``)::
 
     kv_transfer_config={"kv_connector": "ForkConnector", "kv_role": "kv_both",
-                        "kv_connector_module_path": "llamppl.lm.vllm_fork"}
+                        "kv_connector_module_path": "llamppl.lm.vllm.fork"}
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
-from .vllm_engine import FORK_OF, FORK_TOKENS, fork_block_copies
+from .engine import FORK_OF, FORK_TOKENS, fork_block_copies
 
 __all__ = ["ForkConnector", "ForkMetadata"]
 

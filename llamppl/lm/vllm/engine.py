@@ -15,7 +15,7 @@ planned by :func:`plan_round` against the live lanes:
     that lane was already claimed by another context this round (a resampled
     particle with several children): a new request starts from the lane's K/V —
     vLLM's prefix cache shares the full blocks and the engine copies the partial
-    last block (:mod:`llamppl.lm.vllm_fork`), so again only the new token is run;
+    last block (:mod:`llamppl.lm.vllm.fork`), so again only the new token is run;
 ``new``
     no lane is a prefix: a new request (the prefix cache still serves full blocks).
 
@@ -28,7 +28,7 @@ blocks at once (full blocks stay in vLLM's prefix cache until evicted)::
     sessions.stats                               # VLLMStats: engine steps, tokens, forks, ...
 
 The engine adapter is :class:`EnginePort` (vLLM's engine core, in
-:mod:`llamppl.lm.vllm_port`); this module imports no vLLM and is tested against a fake engine core.
+:mod:`llamppl.lm.vllm.port`); this module imports no vLLM and is tested against a fake engine core.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Protocol
 
 import torch
 
-from .base import LMStats
+from ..base import LMStats
 
 __all__ = [
     "FORK_OF",
@@ -166,7 +166,7 @@ def split_wave(contexts: Sequence[Context]) -> tuple[list[Context], list[Context
 
 
 class EnginePort(Protocol):
-    """What :class:`LiveSessions` needs from an engine (vLLM's: :class:`~llamppl.lm.vllm_port.CorePort`)."""
+    """What :class:`LiveSessions` needs from an engine (vLLM's: :class:`~llamppl.lm.vllm.port.CorePort`)."""
 
     def start(
         self, request_id: str, tokens: Context, fork_of: str | None, fork_tokens: int
@@ -185,7 +185,7 @@ class EnginePort(Protocol):
 
 @dataclass
 class VLLMStats(LMStats):
-    """Work counters of a :class:`~llamppl.lm.vllm_lm.VLLMLM`, in vLLM's words and :class:`~llamppl.lm.base.LMStats`'.
+    """Work counters of a :class:`~llamppl.lm.vllm.lm.VLLMLM`, in vLLM's words and :class:`~llamppl.lm.base.LMStats`'.
 
     Attributes
     ----------

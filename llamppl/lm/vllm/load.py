@@ -1,4 +1,4 @@
-"""Building the vLLM engine behind :class:`~llamppl.lm.vllm_lm.VLLMLM`. Never downloads.
+"""Building the vLLM engine behind :class:`~llamppl.lm.vllm.lm.VLLMLM`. Never downloads.
 
 :func:`build_engine` is what ``VLLMLM.from_pretrained`` runs: it checks the
 arguments, chooses how log-probs are captured (``"processor"`` when the engine
@@ -20,14 +20,14 @@ from typing import Any
 
 import torch
 
-from ..validation import check_positive_int
+from ...validation import check_positive_int
 
 __all__ = ["CAPTURE_MODES", "FORK_CONNECTOR", "build_engine", "import_vllm"]
 
 CAPTURE_MODES = ("processor", "logprobs")
 FORK_CONNECTOR = {
     "kv_connector": "ForkConnector",
-    "kv_connector_module_path": "llamppl.lm.vllm_fork",
+    "kv_connector_module_path": "llamppl.lm.vllm.fork",
     "kv_role": "kv_both",
 }
 INSTALL_HINT = (
@@ -59,7 +59,7 @@ def build_engine(
 ) -> tuple[Any, str]:
     """``(vllm.LLM, capture mode)`` for the model in the local directory ``path``.
 
-    ``fork_connector`` installs :mod:`llamppl.lm.vllm_fork` (``kv_transfer_config``), which
+    ``fork_connector`` installs :mod:`llamppl.lm.vllm.fork` (``kv_transfer_config``), which
     ``VLLMLM(live=True)`` forks use to load their ancestor's partial block. vLLM turns its
     hybrid K/V allocator off with this connector: sliding-window models run slower and
     hybrid SSM models (Jamba, Bamba) do not start; pass ``fork_connector=False`` for them

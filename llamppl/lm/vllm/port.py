@@ -1,4 +1,4 @@
-"""The adapter between :class:`~llamppl.lm.vllm_engine.LiveSessions` and vLLM's v1 engine core.
+"""The adapter between :class:`~llamppl.lm.vllm.engine.LiveSessions` and vLLM's v1 engine core.
 
 :class:`CorePort` drives the engine core that ``vllm.LLM`` holds
 (``llm.llm_engine.engine_core``: ``add_request``, ``abort_requests``, ``get_output``),
@@ -10,7 +10,7 @@ throw-away token before appending it. The next-token distribution is read in one
 of two ways (``capture``):
 
 ``"processor"``
-    the in-process logits processor of :mod:`llamppl.lm.vllm_lm` stores
+    the in-process logits processor of :mod:`llamppl.lm.vllm.lm` stores
     ``log_softmax`` of the step's tagged rows as ONE ``(k, V)`` tensor on the
     engine's device; each request's row is a view of it.
 ``"logprobs"``
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .vllm_engine import FORK_OF, FORK_TOKENS, Context
-from .vllm_load import import_vllm
+from .engine import FORK_OF, FORK_TOKENS, Context
+from .load import import_vllm
 
 __all__ = [
     "CAPTURED",
@@ -119,7 +119,7 @@ class CorePort:
     Parameters
     ----------
     llm : vllm.LLM
-        The engine; built with the fork connector (:func:`llamppl.lm.vllm_load.build_engine`)
+        The engine; built with the fork connector (:func:`llamppl.lm.vllm.load.build_engine`)
         for forks to load their ancestor's K/V, otherwise forks recompute their tail.
     capture : str
         ``"processor"`` or ``"logprobs"``.
@@ -181,7 +181,7 @@ class CorePort:
     def start(
         self, request_id: str, tokens: Context, fork_of: str | None, fork_tokens: int
     ) -> None:
-        """Add a new resumable request for ``tokens`` (forked: see :mod:`llamppl.lm.vllm_fork`)."""
+        """Add a new resumable request for ``tokens`` (forked: see :mod:`llamppl.lm.vllm.fork`)."""
         self._add(request_id, tokens, self._params(request_id, fork_of, fork_tokens))
         self._new.add(request_id)
 

@@ -4,7 +4,7 @@ vLLM brings tensor-parallel serving of large models, paged attention and automat
 prefix caching. All contexts awaited together (one SMC step of every particle) are
 served by the engine together, in one of two modes (``live=``)::
 
-    from llamppl.lm.vllm_lm import VLLMLM
+    from llamppl.lm.vllm.lm import VLLMLM
     lm = VLLMLM.from_pretrained("/models/Llama-3.1-8B-Instruct")   # live=True
     logps = await lm.next_token_logprobs(lm.encode("The capital of France is"))  # (V,) float32
     lm.stats    # VLLMStats(engine_calls=1, requests=1, tokens_computed=6, ...)
@@ -15,7 +15,7 @@ served by the engine together, in one of two modes (``live=``)::
     round, one new token computed per particle. A resampled particle forks from
     its ancestor's K/V without recomputing it, and a particle that asks for
     nothing in a round (dead, finished, not resampled) is freed at once
-    (:mod:`llamppl.lm.vllm_engine`, :mod:`llamppl.lm.vllm_port`, :mod:`llamppl.lm.vllm_fork`).
+    (:mod:`llamppl.lm.vllm.engine`, :mod:`llamppl.lm.vllm.port`, :mod:`llamppl.lm.vllm.fork`).
 ``live=False``
     Every distinct context is a new one-token request, all of a round in ONE
     ``LLM.generate`` call; vLLM's prefix cache serves the contexts' whole blocks
@@ -46,7 +46,7 @@ With ``live=False`` the engine object may be anything with vLLM's offline interf
 (``generate(prompts, sampling_params, use_tqdm=...)`` returning request outputs
 with ``.outputs[0].logprobs`` and ``.num_cached_tokens``, and ``get_tokenizer()``);
 with ``live=True`` it needs ``llm.llm_engine``'s ``engine_core`` and
-``input_processor`` (:class:`~llamppl.lm.vllm_port.CorePort`). The unit tests use fakes of both.
+``input_processor`` (:class:`~llamppl.lm.vllm.port.CorePort`). The unit tests use fakes of both.
 """
 
 from __future__ import annotations
@@ -61,12 +61,12 @@ from typing import Any
 
 import torch
 
-from ..validation import check_nonnegative_int, is_integer
-from .base import validate_token_ids
-from .hf_vocab import HFTokenizerLM
-from .vllm_engine import LiveSessions, VLLMStats
-from .vllm_load import CAPTURE_MODES, build_engine, import_vllm
-from .vllm_port import CAPTURE_TAG, CorePort, captured_rows, forget_captured, processor_class
+from ...validation import check_nonnegative_int, is_integer
+from ..base import validate_token_ids
+from ..hf_vocab import HFTokenizerLM
+from .engine import LiveSessions, VLLMStats
+from .load import CAPTURE_MODES, build_engine, import_vllm
+from .port import CAPTURE_TAG, CorePort, captured_rows, forget_captured, processor_class
 
 __all__ = ["VLLMLM", "VLLMStats", "import_vllm"]
 
@@ -93,7 +93,7 @@ class VLLMLM(HFTokenizerLM):
         The request-parameters class. Default: ``vllm.SamplingParams``.
     live : bool
         ``True`` (default): every particle is a live engine request extended by its
-        next token each round (:mod:`llamppl.lm.vllm_engine`); a resampled particle
+        next token each round (:mod:`llamppl.lm.vllm.engine`); a resampled particle
         forks from its ancestor's K/V (through the fork connector that
         :meth:`from_pretrained` installs; without it a fork recomputes its last
         partial block), and a particle that stops asking is freed at the end of the
@@ -101,7 +101,7 @@ class VLLMLM(HFTokenizerLM):
         ``LLM.generate`` call per round; vLLM's prefix cache serves whole blocks).
     idle_rounds : int
         ``live=True``: rounds a particle's request may go unasked before it is freed
-        (0: at once; see :class:`~llamppl.lm.vllm_engine.LiveSessions`).
+        (0: at once; see :class:`~llamppl.lm.vllm.engine.LiveSessions`).
 
     Attributes
     ----------
@@ -182,8 +182,8 @@ class VLLMLM(HFTokenizerLM):
         defaults to ``"processor"``; otherwise to ``"logprobs"``. On a machine without CUDA the CPU defaults
         ``enforce_eager=True, block_size=32`` apply unless given. Other keyword
         arguments (``max_model_len``, ``enforce_eager``, ...) go to ``vllm.LLM``
-        (:func:`llamppl.lm.vllm_load.build_engine`). With ``live=True`` it installs the fork
-        connector :mod:`llamppl.lm.vllm_fork`, which turns vLLM's hybrid K/V allocator off:
+        (:func:`llamppl.lm.vllm.load.build_engine`). With ``live=True`` it installs the fork
+        connector :mod:`llamppl.lm.vllm.fork`, which turns vLLM's hybrid K/V allocator off:
         for a hybrid SSM model (Jamba, Bamba) pass ``kv_transfer_config=None`` (forks then
         recompute their last partial block) or ``live=False``.
         """
