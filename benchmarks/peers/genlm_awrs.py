@@ -6,8 +6,8 @@ with the Python of ``.venv-genlm`` (``bash scripts/setup-genlm.sh``), which also
 ``CachedCausalLM.default()`` converts into ``~/.cache/llamppl`` (by local path, offline)::
 
     .venv-genlm/bin/python benchmarks/peers/genlm_awrs.py --task molecules --instances 4 \\
-        --replicates 3 --seed 1234 --timeout 900 --out benchmarks/results/genlm_molecules.jsonl
-    python benchmarks/awrs_tasks.py report benchmarks/results/genlm_molecules.jsonl
+        --replicates 3 --seed 1234 --cpu-timeout 400 --out benchmarks/results/genlm_awrs_molecules.jsonl
+    python benchmarks/awrs_tasks.py report benchmarks/results/genlm_awrs_molecules.jsonl
 
 What runs, for each (replicate, instance), replicate-major:
 
@@ -27,11 +27,22 @@ What runs, for each (replicate, instance), replicate-major:
   target; such particles are recorded as *cut* (``finished=False``).
 
 Each (instance, replicate) runs in a child process: it loads the model, runs a small warm-up
-SMC on another prompt, prints ``ready``, then runs the timed part (SMC only). The parent
-kills it ``--timeout`` seconds after ``ready`` and records the cause; the CPU seconds of a
-timed-out run are the child's CPU after ``ready`` until the kill. Records are appended to
-``--out`` in the shared JSON-lines format (``awrs_tasks.RunRecord``) as they finish; a rerun
-skips (method, instance, replicate, N) already in the file.
+SMC on another prompt, prints ``ready``, then runs the timed part (the prompt's K/V, then SMC).
+The parent kills it ``--timeout`` wall seconds or ``--cpu-timeout`` CPU seconds after ``ready``,
+whichever comes first, and records the cause; the CPU seconds of a timed-out run are the
+child's CPU after ``ready`` until the kill (a lower bound on the run's cost). On a shared
+machine the CPU bound is the meaningful one: the wall clock also counts other processes.
+
+``AsyncTransformer`` keeps log-probabilities in a token trie but reuses K/V only from nodes
+given one by ``cache_kv``; without that call every step reruns the whole prompt (700 tokens
+for a molecule prompt). The timed part therefore starts with ``backend.cache_kv(prompt_ids)``,
+the backend's documented way to cache a prompt; ``--no-cache-prompt`` leaves it out (method
+name ``genlm-control AWRS-SMC (prompt rerun)``). Generated tokens are still rerun at each
+step, as the backend does.
+
+Records are appended to ``--out`` in the shared JSON-lines format (``awrs_tasks.RunRecord``)
+as they finish; a rerun skips (method, instance, replicate, N) already in the file, and
+``--start-replicate`` lets two processes split the replicates between two files.
 """
 
 from __future__ import annotations
@@ -40,7 +51,6 @@ import argparse
 import json
 import os
 import resource
-import select
 import subprocess
 import sys
 import tempfile
@@ -229,43 +239,65 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _cpu_of(pid: int) -> float | None:
+    """CPU seconds (user + system) a live process has used so far (Linux ``/proc``), else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def run_child(index: int, replicate: int, args) -> dict:
-    """The worker in a child process, killed ``args.timeout`` s after its warm-up ends."""
+    """The worker in a child process, stopped at the time bounds of its timed part.
+
+    The child prints ``ready <cpu>`` once the model is loaded and warmed up; from then on it is
+    killed after ``args.timeout`` wall seconds or ``args.cpu_timeout`` CPU seconds, whichever
+    comes first (the setup gets ``args.timeout`` wall seconds of its own).
+    """
     cmd = [sys.executable, __file__, "--worker", str(index), "--replicate-index", str(replicate)]
     cmd += ["--task", args.task, "--instances", str(args.instances), "--seed", str(args.seed)]
     cmd += ["--particles", str(args.particles)]
     cmd += [] if args.cache_prompt else ["--no-cache-prompt"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     cpu_before = _children_cpu()
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-        ready, _, _ = select.select([proc.stdout], [], [], args.timeout)
-        ready_cpu = 0.0
-        if ready:
-            line = proc.stdout.readline().split()
-            ready_cpu = float(line[1]) if len(line) == 2 and line[0] == "ready" else 0.0
-        start = time.perf_counter()
-        try:
-            out, _ = proc.communicate(timeout=args.timeout if ready else 0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            wall = time.perf_counter() - start
-            err.seek(0)
-            progress = [x.split() for x in err.read().splitlines() if x.startswith("progress ")]
-            calls, tokens = (int(progress[-1][1]), int(progress[-1][2])) if progress else (0, 0)
-            what = "result" if ready else "model load and warm-up"
-            return {
-                "predicate_calls": calls,
-                "generated_tokens": tokens,
-                "cpu_seconds": max(_children_cpu() - cpu_before - ready_cpu, 0.0),
-                "wall_seconds": wall,
-                "error": f"timeout: no {what} within {args.timeout:g} s (child killed)",
-            }
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        start, ready_at, ready_cpu, cause = time.perf_counter(), None, 0.0, None
+        while proc.poll() is None:
+            time.sleep(0.5)
+            now = time.perf_counter()
+            if ready_at is None:
+                out.seek(0)
+                first = out.readline().split()
+                if len(first) == 2 and first[0] == "ready":
+                    ready_at, ready_cpu = now, float(first[1])
+                elif now - start > args.timeout:
+                    cause = f"no model load and warm-up within {args.timeout:g} s"
+            elif now - ready_at > args.timeout:
+                cause = f"no result within {args.timeout:g} wall s"
+            else:
+                used = _cpu_of(proc.pid)
+                if used is not None and used - ready_cpu > args.cpu_timeout:
+                    cause = f"no result within {args.cpu_timeout:g} CPU s"
+            if cause is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+                err.seek(0)
+                progress = [x.split() for x in err.read().splitlines() if x.startswith("progress ")]
+                calls, tokens = (int(progress[-1][1]), int(progress[-1][2])) if progress else (0, 0)
+                return {
+                    "predicate_calls": calls,
+                    "generated_tokens": tokens,
+                    "cpu_seconds": max(_children_cpu() - cpu_before - ready_cpu, 0.0),
+                    "wall_seconds": now - (ready_at or start),
+                    "error": f"timeout: {cause} (child killed)",
+                }
+        out.seek(0)
+        lines = out.read().strip().splitlines()
         err.seek(0)
         stderr = err.read()
-    lines = out.strip().splitlines()
-    if proc.returncode != 0 or not lines:
+    if proc.returncode != 0 or len(lines) < 2:
         tail = "\n".join(x for x in stderr.splitlines() if not x.startswith("progress "))[-400:]
         return {"error": f"child exit {proc.returncode}: {tail.strip()}"}
     return json.loads(lines[-1])
@@ -278,7 +310,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=T.PEER_SEED, help="draws instances and seeds")
     parser.add_argument("--replicates", type=int, default=3)
     parser.add_argument("--particles", type=int, default=5)
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per instance")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="wall seconds per instance")
+    parser.add_argument(
+        "--cpu-timeout", type=float, default=600.0, help="CPU seconds per instance (timed part)"
+    )
+    parser.add_argument(
+        "--start-replicate", type=int, default=0, help="run replicates start..R-1 (split a run)"
+    )
     parser.add_argument("--out", type=Path, help="JSON-lines records (appended)")
     parser.add_argument(
         "--no-cache-prompt",
@@ -293,8 +331,14 @@ def main() -> None:
     for name in ("instances", "replicates", "particles"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: must be a positive integer, got {getattr(args, name)}")
-    if not args.timeout > 0:
-        parser.error(f"--timeout: must be a positive number of seconds, got {args.timeout}")
+    for name in ("timeout", "cpu_timeout"):
+        if not getattr(args, name) > 0:
+            flag = "--" + name.replace("_", "-")
+            parser.error(f"{flag}: must be a positive number of seconds, got {getattr(args, name)}")
+    if not 0 <= args.start_replicate < args.replicates:
+        parser.error(
+            f"--start-replicate: must be in [0, {args.replicates}), got {args.start_replicate}"
+        )
     if args.worker is not None:
         args.replicate = args.replicate_index
         print(json.dumps(worker(args)))
@@ -312,7 +356,7 @@ def main() -> None:
             (r.method, r.instance, r.replicate, r.n_particles) for r in T.read_records(args.out)
         }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    for replicate in range(args.replicates):
+    for replicate in range(args.start_replicate, args.replicates):
         for index, instance in enumerate(todo):
             if (method, instance.id, replicate, args.particles) in done:
                 continue

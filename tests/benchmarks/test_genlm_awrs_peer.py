@@ -49,6 +49,8 @@ def test_the_peer_never_imports_llamppl_or_genlm_at_module_level():
         (["--task", "molecules", "--instances", "0", "--out", "x.jsonl"], "--instances"),
         (["--task", "patterns", "--particles", "0", "--out", "x.jsonl"], "--particles"),
         (["--task", "patterns", "--timeout", "0", "--out", "x.jsonl"], "--timeout"),
+        (["--task", "patterns", "--cpu-timeout", "-1", "--out", "x.jsonl"], "--cpu-timeout"),
+        (["--task", "patterns", "--start-replicate", "3", "--out", "x.jsonl"], "--start-replicate"),
         (["--task", "patterns"], "--out is required"),
         (["--task", "proteins", "--out", "x.jsonl"], "invalid choice"),
     ],
