@@ -632,7 +632,8 @@ def summarize(records: Sequence[RunRecord], seed: int = 0) -> list[dict[str, Any
     records (instances x replicates; errors and timeouts count as 0); ``valid`` the mean
     posterior-weighted validity; ``cpu_s`` the median CPU seconds per record (a timeout counts
     with the CPU it used until it was stopped); ``calls_per_token`` the median over records with
-    generated tokens of predicate calls / generated tokens.
+    generated tokens of predicate calls / generated tokens; ``errors`` counts the records without
+    a result, ``timeouts`` those of them stopped by a time bound.
     """
     groups: dict[tuple[str, str, int], list[RunRecord]] = {}
     for r in records:
@@ -656,6 +657,7 @@ def summarize(records: Sequence[RunRecord], seed: int = 0) -> list[dict[str, Any
                 "cpu_s": statistics.median(cpu) if cpu else math.nan,
                 "calls_per_token": statistics.median(per_token) if per_token else math.nan,
                 "errors": sum(r.error is not None for r in rs),
+                "timeouts": sum((r.error or "").startswith("timeout") for r in rs),
             }
         )
     return rows
@@ -665,16 +667,16 @@ def report(records: Sequence[RunRecord], seed: int = 0) -> str:
     """A plain-text table of :func:`summarize`, then its rows as one JSON line."""
     rows = summarize(records, seed=seed)
     head = (
-        f"{'task':<10} {'method':<28} {'N':>3} {'runs':>4}  {'score [95% CI]':<22} "
-        f"{'valid':>5} {'CPU s':>8} {'calls/tok':>9} {'errors':>6}"
+        f"{'task':<10} {'method':<38} {'N':>3} {'runs':>4}  {'score [95% CI]':<22} "
+        f"{'valid':>5} {'CPU s':>8} {'calls/tok':>9} {'errors':>6} {'timeouts':>8}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         ci = f"{r['score']:.3f} [{r['score_low']:.3f}, {r['score_high']:.3f}]"
         lines.append(
-            f"{r['task']:<10} {r['method']:<28} {r['n_particles']:>3} {r['records']:>4}  "
+            f"{r['task']:<10} {r['method']:<38} {r['n_particles']:>3} {r['records']:>4}  "
             f"{ci:<22} {r['valid']:>5.2f} {r['cpu_s']:>8.1f} {r['calls_per_token']:>9.2f} "
-            f"{r['errors']:>6}"
+            f"{r['errors']:>6} {r['timeouts']:>8}"
         )
     lines.append(json.dumps({"awrs_report": rows}))
     return "\n".join(lines)

@@ -295,7 +295,8 @@ def test_report_has_one_row_per_method_with_its_figures(tmp_path, capsys):
     assert peer["records"] == 3 and peer["score"] == pytest.approx(0.5)
     assert peer["score_low"] <= 0.5 <= peer["score_high"]
     assert peer["cpu_s"] == 20.0 and peer["calls_per_token"] == 2.0 and peer["errors"] == 0
-    assert rows["ours"]["errors"] == 1 and rows["ours"]["valid"] == 0.0
+    assert rows["ours"]["errors"] == 1 and rows["ours"]["timeouts"] == 1
+    assert rows["ours"]["valid"] == 0.0 and peer["timeouts"] == 0
     T.main(["report", str(path)])
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].split()[:2] == ["task", "method"]
