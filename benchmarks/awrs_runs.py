@@ -1,0 +1,247 @@
+"""Our side of the molecule and pattern benchmarks: each method on one instance, as a record.
+
+The tasks (prompts, checks, stop rule, metric, records) come from :mod:`awrs_tasks`, the
+module the genlm-control peer uses too; this module runs llamppl's methods on them and
+writes :class:`awrs_tasks.RunRecord` lines. ``bench_molecules.py`` and ``bench_patterns.py``
+are its two front doors (``main(task)``).
+
+Methods, all on the same LM, prompts, stop rule (EOS or a newline token; 100 tokens) and
+metric:
+
+- ``base LM`` — one unconstrained sample;
+- ``locally constrained`` — one sample from the locally masked LM (each token drawn from
+  p restricted to the allowed tokens, by the lazy draw, weights ignored: LCD);
+- ``sample-rerank`` — N unconstrained samples, weighted by the complete check;
+- ``SMC mask`` / ``SMC lazy`` — ``smc_standard`` (ESS threshold 0.5, as the peers) over
+  :class:`~llamppl.models.HardConstraint` with the mask or the lazy proposal.
+
+The constraint is the task's own prefix and complete checks (``partialsmiles``; the
+``regex`` package's partial full match for patterns, through :func:`regex_prefix`, whose
+batched mask is cheap). Predicate calls are counted on the constraint object, CPU seconds are
+the process's CPU time of the run (model load and a warm-up run excluded), and generated
+tokens count every particle extension.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import awrs_tasks as T
+import torch
+from _args import nonnegative_int, positive_int
+
+from llamppl import CachedCausalLM, run
+from llamppl.decoding.constraints import Constraint
+from llamppl.decoding.text_constraints import RegexPrefix
+from llamppl.inference import importance_sampling, smc_standard
+from llamppl.models import HardConstraint
+
+__all__ = ["METHODS", "main", "run_method"]
+
+METHODS = ("base", "lcd", "rerank", "smc-mask", "smc-lazy")
+NAMES = {
+    "base": "base LM",
+    "lcd": "locally constrained",
+    "rerank": "sample-rerank",
+    "smc-mask": "llamppl SMC mask",
+    "smc-lazy": "llamppl SMC lazy",
+}
+
+
+class Counted(Constraint):
+    """The task's checks as a constraint: prefix check and complete check, counted."""
+
+    def __init__(self, instance: T.Instance) -> None:
+        self.instance, self.calls = instance, 0
+
+    def __call__(self, text: str) -> bool:
+        self.calls += 1
+        return self.instance.prefix_ok(text, timeout=None)  # bounded by llamppl's time bound
+
+    def accepts_end(self, text: str) -> bool:
+        self.calls += 1
+        return self.instance.complete_ok(text, timeout=None)
+
+
+class CountedRegex(RegexPrefix):
+    """``regex_prefix`` of a pattern (cheap batched mask), its regex calls counted."""
+
+    calls = 0
+
+    def _fullmatch(self, text: str, partial: bool) -> bool:
+        self.calls += 1
+        return super()._fullmatch(text, partial)
+
+
+class Anything(Constraint):
+    """The constraint every text satisfies (unconstrained sampling with the stop rule)."""
+
+    def __call__(self, text: str) -> bool:
+        return True
+
+
+@dataclass
+class Outcome:
+    particles: list[T.Particle]
+    calls: int
+    tokens: int
+    extra: dict[str, Any]
+
+
+def _constraint(instance: T.Instance) -> Constraint:
+    if isinstance(instance, T.PatternInstance):
+        return CountedRegex(instance.pattern)
+    return Counted(instance)
+
+
+def _extensions(result) -> int:
+    """Particle extensions of a run: N at the first step, then the live ones of each step."""
+    n = result.stats.get("n_particles", len(result.particles))
+    return n + sum(h.n_live for h in result.history[:-1])
+
+
+def _particles(result, weighted: bool = True) -> list[T.Particle]:
+    weights = result.weights if weighted else [float(w > -math.inf) for w in result.log_weights]
+    total = sum(weights)
+    out = []
+    for p, w in zip(result.particles, weights):
+        finished = p.finished and p.failure is None and len(p.context.generated) > 0
+        finished = finished and int(p.context.tokens[-1]) in p.end_ids
+        out.append(T.Particle(p.text, float(w / total) if total > 0 else 0.0, finished))
+    return out
+
+
+def run_method(method: str, lm: CachedCausalLM, instance: T.Instance, n: int, seed: int) -> Outcome:
+    """One run of ``method`` with ``n`` particles on ``instance`` (the timed part)."""
+    prompt = instance.prompt(lm.tokenizer)
+    common = dict(max_tokens=T.STOP.max_tokens, stop="newline", check_timeout=T.CHECK_TIMEOUT)
+    if method in ("base", "rerank"):
+        model = HardConstraint(lm, prompt, Anything(), "sample", truncated="keep", **common)
+        result = run(importance_sampling(model, 1 if method == "base" else n, seed=seed))
+        particles = _particles(result, weighted=False)
+        calls = 0
+        if method == "rerank":  # weight each finished sample by the complete check
+            check = _constraint(instance)
+            particles = [
+                T.Particle(
+                    p.text, p.weight * float(p.finished and check.accepts_end(p.text)), p.finished
+                )
+                for p in particles
+            ]
+            total = sum(p.weight for p in particles)
+            particles = [
+                T.Particle(p.text, p.weight / total if total else 0.0, p.finished)
+                for p in particles
+            ]
+            calls = check.calls
+        return Outcome(particles, calls, _extensions(result), {})
+    constraint = _constraint(instance)
+    proposal = "mask" if method == "smc-mask" else "lazy"
+    model = HardConstraint(lm, prompt, constraint, proposal, **common)
+    if method == "lcd":
+        result = run(importance_sampling(model, 1, seed=seed))
+        particles = _particles(result, weighted=False)  # the weight is ignored: local masking
+    else:
+        result = run(smc_standard(model, n, 0.5, seed=seed))
+        particles = _particles(result)
+    causes: dict[str, int] = {}
+    for p in result.particles:
+        if p.failure is not None:
+            causes[p.failure.split(" (")[0]] = causes.get(p.failure.split(" (")[0], 0) + 1
+    extra = {"log_ml": result.log_ml if result.log_ml > -math.inf else None, "failures": causes}
+    return Outcome(particles, constraint.calls, _extensions(result), extra)
+
+
+def record(method: str, lm, instance: T.Instance, n: int, replicate: int, seed: int) -> T.RunRecord:
+    """Run and time one (method, instance, replicate); errors become the record's ``error``."""
+    n_used = 1 if method in ("base", "lcd") else n
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    try:
+        out = run_method(method, lm, instance, n, seed)
+        error = None
+    except Exception as exc:  # noqa: BLE001 - a failed run is a row, not a crash
+        out, error = Outcome([], 0, 0, {}), f"{type(exc).__name__}: {exc}"
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    score, valid = T.posterior_score(out.particles, instance.score) if out.particles else (0.0, 0.0)
+    return T.RunRecord(
+        method=NAMES[method],
+        task=instance.task,
+        instance=instance.id,
+        replicate=replicate,
+        n_particles=n_used,
+        particles=out.particles,
+        score=score,
+        valid=valid,
+        predicate_calls=out.calls,
+        generated_tokens=out.tokens,
+        cpu_seconds=cpu,
+        wall_seconds=wall,
+        error=error,
+        extra={"seed": seed, **out.extra},
+    )
+
+
+def main(task: str, argv: list[str] | None = None) -> None:
+    """The benchmark of ``task``: methods x instances x replicates, then the table.
+
+    The last line printed is machine-readable: ``{"awrs_report": [...]}`` (one row per method).
+    """
+    parser = argparse.ArgumentParser(
+        description=f"The {task} benchmark of issue 30 (llamppl side)."
+    )
+    parser.add_argument("--instances", type=positive_int, default=4 if task == "molecules" else 8)
+    parser.add_argument("--seed", type=nonnegative_int, default=T.PEER_SEED, help="instance draw")
+    parser.add_argument("--replicates", type=positive_int, default=3)
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument(
+        "--particles", type=positive_int, nargs="+", default=[5, 10], help="for SMC"
+    )
+    parser.add_argument("--rerank", type=positive_int, default=10, help="samples of sample-rerank")
+    parser.add_argument(
+        "--mask-instances",
+        type=nonnegative_int,
+        default=None,
+        help="instances for the mask proposal (default: all; 49k checks a step)",
+    )
+    parser.add_argument("--out", type=Path, default=Path(f"benchmarks/out/{task}.jsonl"))
+    parser.add_argument("--peer", type=Path, nargs="*", default=[], help="peer record files")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads")
+    parser.add_argument("--report", action="store_true", help="only print the table")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(f"[{task}] torch threads {torch.get_num_threads()}, out {args.out}", flush=True)
+    if not args.report:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        lm = CachedCausalLM.default()
+        instances = T.instances(task, args.instances, seed=args.seed)
+        run_method("base", lm, instances[0], 1, 0)  # warm-up: trie, tables
+        for rep in range(args.replicates):
+            for k, inst in enumerate(instances):
+                for method in args.methods:
+                    if method == "smc-mask" and args.mask_instances is not None:
+                        if k >= args.mask_instances:
+                            continue
+                    sizes = args.particles if method.startswith("smc") else [args.rerank]
+                    for n in sizes:
+                        lm.clear_cache()
+                        rec = record(method, lm, inst, n, rep, seed=1000 * rep + k)
+                        T.append_record(args.out, rec)
+                        print(
+                            f"  rep {rep} inst {inst.id:>3} {rec.method:<22} N={rec.n_particles:<3} "
+                            f"score {rec.score:.3f} valid {rec.valid:.2f} cpu {rec.cpu_seconds:6.1f}s "
+                            f"calls/tok {rec.predicate_calls / max(rec.generated_tokens, 1):7.2f}"
+                            f"{'  ' + rec.error if rec.error else ''}",
+                            flush=True,
+                        )
+    files = [args.out, *args.peer]
+    print(T.report(T.read_records(*[f for f in files if f.is_file()])))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("run bench_molecules.py or bench_patterns.py")
