@@ -38,7 +38,8 @@ C_F? default ``constraint(s)``) and, for speed, ``constraint.allowed_mask(lm, s)
 :mod:`~llamppl.decoding.text_constraints`) are such subclasses.
 
 **A plain callable** ``f(text) -> bool`` becomes a :class:`PredicateConstraint` (prefix
-check and complete check are both ``f``); it has no cheap mask, so
+check and complete check are both ``f``; it must be a function of the text alone, as its
+answers are remembered per text); it has no cheap mask, so
 ``HardConstraint``'s default proposal checks it lazily, on the tokens it draws
 (:mod:`~llamppl.decoding.lazy_proposal`). Every check runs under the time bound of
 :mod:`~llamppl.decoding.time_bound`.
@@ -61,6 +62,7 @@ from typing import Any
 import torch
 
 from llamppl.lm.base import LanguageModel
+from llamppl.lm.memo import LRU
 
 from .time_bound import bounded_call
 
@@ -119,12 +121,29 @@ class Constraint:
         return ""
 
     def allows(self, lm: LanguageModel, state: Any, token: int) -> bool:
-        """Prefix check: ``state + lm.vocab[token]`` in C."""
-        return bool(bounded_call(self, state + lm.vocab[token]))
+        """Prefix check: ``state + lm.vocab[token]`` in C (memoised: :meth:`_checked`)."""
+        return self._checked(False, state + lm.vocab[token])
 
     def ends(self, lm: LanguageModel, state: Any) -> bool:
-        """Complete check: the text may end here."""
-        return bool(bounded_call(self.accepts_end, state))
+        """Complete check: the text may end here (memoised)."""
+        return self._checked(True, state)
+
+    def _checked(self, end: bool, text: str) -> bool:
+        """One check of ``text`` under the time bound, remembered per constraint object.
+
+        Particles cloned at resampling ask the same questions; a text constraint is a
+        function of the text, so each text is checked once (an LRU of 65,536 answers shared
+        by every particle, since particles share the constraint object).
+        """
+        memo = self.__dict__.get("_memo")
+        if memo is None:
+            memo = self.__dict__["_memo"] = LRU(65_536)
+        key = (end, text)
+        found = memo.get(key)
+        if found is None:
+            found = bool(bounded_call(self.accepts_end if end else self, text))
+            memo.put(key, found)
+        return found
 
     def advance(self, lm: LanguageModel, state: Any, token: int) -> Any:
         """The text after ``token``."""

@@ -15,19 +15,26 @@ distribution, which leaves the relative probabilities of the allowed tokens
 unchanged, so a ~ p(· | A) = p(w) 1_A(w) / Z with Z = Σ_{w∈A} p(w): exactly the
 masked proposal M'_t.
 
-**Weight (one more check).** Let S = {a}, R the rejected tokens, and b the next
-token in the same order (a draw from p restricted to the unseen tokens U, of mass
-u = Σ_{w∈U} p(w) = 1 − p(R) − p(a)). The weight is
+**Weight (a few more checks).** Continue in the same order after a: b_1, b_2, …,
+each a draw from p restricted to the tokens not yet seen. Before checking b_j, write
+K_j for the mass known to be allowed (p(a) plus the allowed b_i, i < j) and u_j for
+the unseen mass (Σ p over the tokens not yet seen). A rule that looks only at what was
+seen before b_j decides whether b_j is the last check (here: u_j ≤ 5 % of K_j, or j = 8).
+With b_m the last one, the weight is
 
-    Ẑ = p(a) + u · 1_A(b).                                            (AWRS weight)
+    Ẑ = K_m + u_m · 1_A(b_m)                                           (AWRS weight)
 
-*Unbiasedness.* Write F for everything seen up to the acceptance of a (R, a, and
-their probabilities). Given F, b ~ p restricted to U, so
-E[u 1_A(b) | F] = Σ_{w∈U} p(w) 1_A(w) = Z − p(a) (no allowed token lies in R).
-Hence E[Ẑ | F] = Z, whatever F is.
+(Ẑ = K_m exactly when every token of positive probability has been seen).
 
-*Proper weighting.* a is a function of F and a ~ p(· | A), so for any f,
-E[Ẑ f(a)] = E[f(a) E[Ẑ | F]] = Z E[f(a)] = Σ_{w∈A} p(w) f(w). The pair (a, Ẑ) is
+*Unbiasedness.* Write F_j for everything seen before b_j (the rejections R, a, b_1 …
+b_{j−1} and their probabilities). Given F_j, b_j is drawn from p restricted to the
+unseen tokens, so E[u_j 1_A(b_j) | F_j] = Σ_{w unseen} p(w) 1_A(w) = Z − K_j (no
+allowed token lies in R). So if b_j is the last check, E[Ẑ | F_j] = K_j + Z − K_j = Z;
+if it is not, K_{j+1} = K_j + p(b_j) 1_A(b_j) and, by induction on the checks left,
+E[Ẑ | F_j] = E[E[Ẑ | F_{j+1}] | F_j] = Z. Hence E[Ẑ | F_1] = Z whatever F_1 is.
+
+*Proper weighting.* a is a function of F_1 and a ~ p(· | A), so for any f,
+E[Ẑ f(a)] = E[f(a) E[Ẑ | F_1]] = Z E[f(a)] = Σ_{w∈A} p(w) f(w). The pair (a, Ẑ) is
 properly weighted for the target p(w) 1_A(w): SMC weights stay exact in
 expectation, and with them the unbiased estimate of the normalising constant, as
 with the mask's G'_t = Z (M'_t G'_t = p 1_A token by token).
@@ -36,9 +43,10 @@ with the mask's G'_t = Z (M'_t G'_t = p 1_A token by token).
 exactly and the weight is 0 (``LazyDraw.token is None``): the particle dies with
 a named cause. The cost is then one check per token, as for the mask.
 
-*Variance.* Var[Ẑ] = u² φ (1 − φ), φ = (Z − p(a)) / u: zero when the unseen mass u
-is zero, and small when the LM puts its mass on few tokens (u small) or the
-allowed set is nearly all or nearly none of U.
+*Variance.* Given F_m, Var[Ẑ] = u_m² φ (1 − φ) with φ the allowed fraction of the
+unseen mass: the stopping rule keeps u_m at most 5 % of the known allowed mass unless
+eight extra checks did not get there, so the weight's relative error is a few percent
+when the LM puts its mass on few tokens, at one to a few extra checks per step.
 
 **Batched.** :func:`top_candidates` perturbs the ``(B, V)`` log-probs of every
 particle of a step with Gumbel noise in one tensor operation and returns each
@@ -75,6 +83,10 @@ __all__ = [
 
 #: Candidates read per row in the batched round (the rest on demand, per particle).
 FIRST_CANDIDATES = 32
+#: Checks after the accepted token at most, and the unseen mass (relative to the mass known to
+#: be allowed) below which the next check is the last one (the weight's stopping rule).
+MAX_EXTRA_CHECKS = 8
+REL_TOL = 0.05
 
 
 class Candidates:
@@ -177,11 +189,20 @@ class LazyDraw:
     calls: int
 
 
-def awrs(candidates: Candidates, allowed: Callable[[int], bool]) -> LazyDraw:
+def awrs(
+    candidates: Candidates,
+    allowed: Callable[[int], bool],
+    max_extra: int = MAX_EXTRA_CHECKS,
+    rel_tol: float = REL_TOL,
+) -> LazyDraw:
     """Adaptive weighted rejection sampling over ``candidates`` (module docstring, AWRS weight).
 
     ``allowed(w)`` is the check of token ``w`` (True: s·w may still be completed); it is
-    called once per candidate visited, never twice for the same token.
+    called once per candidate visited, never twice for the same token. After the accepted
+    token the weight checks up to ``max_extra`` more candidates: each but the last adds its
+    exact mass when allowed, and the last (taken once the unseen mass u is at most
+    ``rel_tol`` times the mass known to be allowed, or at ``max_extra``) adds u 1_A(b)
+    (the estimator of the module docstring, with a stopping rule decided before each check).
     """
     stream = iter(candidates)
     rejected, calls = 0.0, 0
@@ -195,15 +216,25 @@ def awrs(candidates: Candidates, allowed: Callable[[int], bool]) -> LazyDraw:
     if accepted is None:
         return LazyDraw(None, -math.inf, -math.inf, calls)
     a, lp_a = accepted
-    p_a = math.exp(lp_a)
-    z_hat = p_a
-    unseen = candidates.total - rejected - p_a  # u = Σ_{w ∉ R ∪ {a}} p(w)
-    nxt = next(stream, None)
-    if nxt is not None and unseen > 0:
+    known = math.exp(lp_a)  # mass known to be allowed
+    seen = rejected + known
+    for j in range(1, max_extra + 1):
+        unseen = candidates.total - seen  # u = Σ_{w unseen} p(w)
+        if unseen <= 0:
+            break
+        nxt = next(stream, None)
+        if nxt is None:  # every token of positive probability is known: Ẑ = Z exactly
+            break
+        b, lp_b = nxt
         calls += 1
-        if allowed(nxt[0]):
-            z_hat += unseen
-    return LazyDraw(a, math.log(z_hat), lp_a, calls)
+        ok = allowed(b)
+        if j == max_extra or unseen <= rel_tol * known:  # the last check: u 1_A(b)
+            known += unseen if ok else 0.0
+            break
+        p_b = math.exp(lp_b)
+        known += p_b if ok else 0.0
+        seen += p_b
+    return LazyDraw(a, math.log(known), lp_a, calls)
 
 
 # ---------------------------------------------------------------- batched candidate reads

@@ -99,7 +99,8 @@ def test_lazy_checks_only_the_tokens_it_draws():
     model = HardConstraint(LM, PROMPT, counted, max_tokens=3, stop="newline")
     result = run(importance_sampling(model, 8, seed=0))  # independent particles: every check kept
     steps = sum(len(p.context.generated) for p in result.particles)
-    assert counted.calls == sum(p.checks for p in result.particles) + 1  # + predicate("")
+    # every check the draws asked for, at most (the same text is answered once: memoised)
+    assert 0 < counted.calls <= sum(p.checks for p in result.particles) + 1  # + predicate("")
     # each step: its rejections, the accepted token and the weight's extra check, at most
     # every token once; far fewer here than the 8 x |V| calls per step of the mask
     assert counted.calls <= steps * len(VOCAB)
