@@ -220,6 +220,11 @@ class HardConstraint(Model):
             ahead = await self._take_forced()
         last = self.max_tokens is not None and len(ctx.generated) + 1 >= self.max_tokens
         only_end = last and self.truncated == "drop"
+        if self.max_tokens is not None and self.truncated != "keep":
+            left = self.max_tokens - len(ctx.generated)
+            if not self.constraint.reachable(lm, self.state, left):  # a count out of reach
+                self._die("token limit: the constraint cannot be met in the tokens left")
+                return
         if self.proposal == "sample":
             token = int(await self.sample(ctx.next_token()))  # M_t = p
             self.checks += 1

@@ -27,6 +27,10 @@ enforces any of them and ``&`` composes any two:
     the tests compare vectorised masks against.
 ``c.forced(lm, state) -> int | None``
     Optional: the one token allowed next, when exactly one (not EOS) is.
+``c.reachable(lm, state, tokens_left) -> bool``
+    Optional: False when no completion of at most ``tokens_left`` more tokens (the end
+    token included) can pass the complete check, so the particle ends now instead of
+    walking into a dead end a count makes certain (default True: no budget reasoning).
 
 **Text constraints.** :class:`Constraint` itself is the text constraint: its state is
 the generated text ``s`` (the concatenation of ``lm.vocab[t]`` over the generated
@@ -176,6 +180,11 @@ class Constraint:
         """Why the text may not end here when the prefix looks complete (None: no detail)."""
         return None
 
+    def reachable(self, lm: LanguageModel, state: Any, tokens_left: int) -> bool:
+        """Whether a completion within ``tokens_left`` tokens (end included) may pass (sound:
+        True unless it is certain that none can)."""
+        return True
+
     def forced(self, lm: LanguageModel, state: Any) -> int | None:
         """The one token allowed next, if exactly one (not EOS) is; None when unknown."""
         return None
@@ -295,6 +304,9 @@ class AllOf(Constraint):
     def end_failure(self, lm: LanguageModel, state: tuple) -> str | None:
         causes = (self.parts[i].end_failure(lm, state[i]) for i in self._order)
         return next((c for c in causes if c is not None), None)
+
+    def reachable(self, lm: LanguageModel, state: tuple, tokens_left: int) -> bool:
+        return all(p.reachable(lm, s, tokens_left) for p, s in zip(self.parts, state))
 
     def text_of(self, lm: LanguageModel, state: tuple) -> str:
         return self.parts[0].text_of(lm, state[0])
