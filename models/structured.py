@@ -67,7 +67,7 @@ class StructuredResult:
         The underlying inference result (particles, weights, history, stats).
     failures : dict[str, int]
         Why the final particles with weight zero died (``GrammarConstraint.failure``:
-        ``"budget"``, ``"schema check: ..."``, ...), with counts.
+        ``"token limit"``, ``"schema check: ..."``, ...), with counts.
     """
 
     objects: list[tuple[Any, float]]
@@ -127,6 +127,7 @@ def generate_json(
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
     budget: JSONBudget | None = None,
     fast_forward: bool = True,
+    predicate: Any = None,
     chat: bool = False,
     ess_threshold: float | None = None,
     resampling: str = "systematic",
@@ -164,6 +165,9 @@ def generate_json(
     fast_forward : bool
         Take the tokens the grammar allows alone without a forward pass of their own
         (default True; same target and weights, :class:`GrammarConstraint`).
+    predicate : Constraint | Callable[[str], bool] | None
+        A further check on the JSON text so far, for example on the values of its fields
+        (``grammar & predicate``; a plain callable is checked lazily on the drawn tokens).
     chat : bool
         Build the prompt with the LM's chat template, JSONSchemaBench's instruction
         as system message and the schema in the user message (:func:`schema_prompt`).
@@ -204,6 +208,7 @@ def generate_json(
         max_tokens=max_tokens,
         budget=budget,
         fast_forward=fast_forward,
+        predicate=predicate,
     )
     if ess_threshold is None and proposal == "mask":
         engine = SMC(Never(), "importance_sampling")

@@ -7,6 +7,7 @@ there gets ``--fast`` if its ``--help`` offers it, else the small values of
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -65,6 +66,12 @@ def _run(script: Path, args: list[str], timeout: float) -> subprocess.CompletedP
     )
 
 
+@functools.cache
+def _help(script: Path) -> subprocess.CompletedProcess:
+    """``script --help``, run once per session (both tests below read it)."""
+    return _run(script, ["--help"], timeout=120)
+
+
 def option_help(help_text: str) -> dict[str, str]:
     """``--help`` output -> {option invocation: its help text} (whitespace collapsed)."""
     section = re.split(r"\n(?:options|optional arguments):\n", help_text, maxsplit=1)[1]
@@ -77,7 +84,7 @@ def option_help(help_text: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("script", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.name)
 def test_every_option_has_help_and_its_default(script: Path):
-    shown = _run(script, ["--help"], timeout=120)
+    shown = _help(script)
     assert shown.returncode == 0, shown.stderr[-3000:]
     options = option_help(shown.stdout)
     assert len(options) > 2
@@ -103,7 +110,7 @@ def fast_args(name: str, help_text: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.name)
 def test_example_runs(script: Path):
-    shown = _run(script, ["--help"], timeout=120)
+    shown = _help(script)
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "usage" in shown.stdout.lower()
     done = _run(script, fast_args(script.name, shown.stdout), timeout=300)

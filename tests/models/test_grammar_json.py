@@ -337,3 +337,24 @@ def test_generate_json_default_is_importance_sampling_and_unbiased():
     )
     se = z.std(ddof=1) / math.sqrt(len(z))
     assert abs(z.mean() - math.exp(exact.log_ml)) < 4 * se
+
+
+def test_a_python_predicate_on_the_values_composes_with_the_schema():
+    """``generate_json(..., predicate=...)`` is the schema's grammar & a Python check: exact."""
+    vocab = ["<s>", "{", "}", '"a":', "1", "2", "7", "<eos>"]
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    no_seven = lambda text: "7" not in text  # noqa: E731 - a user's check on the value
+    def valid(text):
+        try:
+            return jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))
+        except json.JSONDecodeError:
+            return False
+
+    log_z, post = brute_force(vocab, lambda t: valid(t) and no_seven(t), 6)
+    model = GrammarConstraint(
+        wavy_lm(vocab), [], json_schema=schema, predicate=no_seven, max_tokens=6
+    )
+    assert model.proposal == "lazy"
+    assert_exact(model, log_z, post)
+    out = generate_json(wavy_lm(vocab), [], schema, 8, seed=0, max_tokens=6, predicate=no_seven)
+    assert out.objects and all("7" not in str(obj["a"]) for obj, _ in out.objects)
