@@ -344,6 +344,7 @@ def test_a_python_predicate_on_the_values_composes_with_the_schema():
     vocab = ["<s>", "{", "}", '"a":', "1", "2", "7", "<eos>"]
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     no_seven = lambda text: "7" not in text  # noqa: E731 - a user's check on the value
+
     def valid(text):
         try:
             return jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))
