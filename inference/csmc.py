@@ -42,12 +42,11 @@ import numpy as np
 from llamppl.distributions import Distribution
 from llamppl.modeling import Model
 from llamppl.validation import check_positive_int
-from llamppl.weights import logmeanexp
 
-from .engine import Engine
+from .engine import Engine, maybe_resample
 from .observers import Progress
 from .options import DEFAULT_MAX_STEPS, RunOptions, options_from, run_options
-from .particles import check_model, log_weights, resample_population
+from .particles import check_model, log_weights
 from .record import RecordTarget, write_json
 from .result import SMCResult
 from .rules import PinnedMultinomial
@@ -183,13 +182,10 @@ class ConditionalSMC(Engine):
     ) -> tuple[list[Model], StepInfo]:
         await self._run_hook(particles, "run_step", t)  # extend: x*_t in slot 0, M_t elsewhere
         w = log_weights(particles)  # reweight: G_t already folded in by the primitives
-        population, ancestors = particles, None
-        if any(not p.done_stepping() for p in particles):
-            ancestors = self.rule.ancestors(w, rng)  # maybe resample
+        survivors, ancestors = maybe_resample(particles, w, self.rule, rng)
         if ancestors is not None:
-            particles = resample_population(particles, ancestors, logmeanexp(w))
             self.paths = [self.paths[a] for a in ancestors.tolist()]
-        return particles, step_info(t, w, population, survivors=particles, ancestors=ancestors)
+        return survivors, step_info(t, w, particles, survivors=survivors, ancestors=ancestors)
 
     def result(self, res: SMCResult) -> CSMCResult:
         """``res`` with each final particle's path (and the paths remembered for ``reference=particle``)."""

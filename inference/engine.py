@@ -34,7 +34,7 @@ from .particles import log_weights, resample_population, start_all, step_all
 from .rules import ResampleRule
 from .step_info import StepInfo, step_info
 
-__all__ = ["Engine", "SMC"]
+__all__ = ["Engine", "SMC", "maybe_resample"]
 
 
 class Engine:
@@ -72,9 +72,21 @@ class SMC(Engine):
     ) -> tuple[list[Model], StepInfo]:
         await step_all(particles)  # extend: M_t for every live particle (one LM batch)
         w = log_weights(particles)  # reweight: G_t already folded in by the primitives
-        population, ancestors = particles, None
-        if any(not p.done_stepping() for p in particles):
-            ancestors = self.rule.ancestors(w, rng)  # maybe resample
-        if ancestors is not None:
-            particles = resample_population(particles, ancestors, logmeanexp(w))
-        return particles, step_info(t, w, population, survivors=particles, ancestors=ancestors)
+        survivors, ancestors = maybe_resample(particles, w, self.rule, rng)
+        return survivors, step_info(t, w, particles, survivors=survivors, ancestors=ancestors)
+
+
+def maybe_resample(
+    particles: list[Model], log_weights: np.ndarray, rule: ResampleRule, rng: np.random.Generator
+) -> tuple[list[Model], np.ndarray | None]:
+    """The population after ``rule``'s decision, and its ancestors (None: kept as it is).
+
+    Resampling happens only while some particle is still stepping; the resampled weights
+    are all the log mean weight, so the running Ẑ = mean w stays unbiased.
+    """
+    if not any(not p.done_stepping() for p in particles):
+        return particles, None
+    ancestors = rule.ancestors(log_weights, rng)
+    if ancestors is None:
+        return particles, None
+    return resample_population(particles, ancestors, logmeanexp(log_weights)), ancestors

@@ -15,18 +15,9 @@ PYTHON=${PYTHON:-python3}
 VENV=${LLAMPPL_GENLM_VENV:-.venv-genlm}
 SPEC=${LLAMPPL_GENLM_SPEC:-genlm-control==0.4.1}
 TASK_PACKAGES=(partialsmiles rdkit regex)
-PY=$VENV/bin/python
 
-if [ ! -x "$PY" ]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-LOG=$VENV/setup-pip.log
-pip_quiet() {  # run pip quietly; show its log and fail if it fails
-  if ! "$PY" -m pip --disable-pip-version-check "$@" >"$LOG" 2>&1; then
-    cat "$LOG" >&2
-    return 1
-  fi
-}
+source scripts/venv_lib.sh
+make_venv
 skip_if_unavailable() {  # the registry has no such distribution: exit 75 (callers skip)
   if grep -q -E "No matching distribution|Could not find a version" "$LOG"; then
     tail -n 5 "$LOG" >&2
@@ -37,16 +28,7 @@ skip_if_unavailable() {  # the registry has no such distribution: exit 75 (calle
   exit 1
 }
 
-if ! "$PY" -P -c "import torch" 2>/dev/null; then
-  echo "[setup-genlm] installing CPU torch"
-  if [ -n "${LLAMPPL_TORCH_INDEX:-}" ]; then
-    pip_quiet install torch --index-url "$LLAMPPL_TORCH_INDEX"
-  else
-    pip_quiet install "torch==2.13.0+cpu" \
-      || pip_quiet install "torch>=2.4" --index-url https://download.pytorch.org/whl/cpu \
-      || pip_quiet install "torch>=2.4"
-  fi
-fi
+install_cpu_torch "[setup-genlm]"
 
 if ! "$PY" -P -c "import genlm.control, genlm.backend" 2>/dev/null; then
   echo "[setup-genlm] installing $SPEC (with genlm-backend, transformers)"

@@ -12,29 +12,11 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${LLAMPPL_PEER_VENV:-.venv-peer}
 SPEC=${LLAMPPL_PEER_SPEC:-llamppl==0.2.3}
-PY=$VENV/bin/python
 
-if [ ! -x "$PY" ]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-LOG=$VENV/setup-pip.log
-pip_quiet() {  # run pip quietly; show its log and fail if it fails
-  if ! "$PY" -m pip --disable-pip-version-check "$@" >"$LOG" 2>&1; then
-    cat "$LOG" >&2
-    return 1
-  fi
-}
+source scripts/venv_lib.sh
+make_venv
 
-if ! "$PY" -P -c "import torch" 2>/dev/null; then
-  echo "[setup-peer] installing CPU torch"
-  if [ -n "${LLAMPPL_TORCH_INDEX:-}" ]; then
-    pip_quiet install torch --index-url "$LLAMPPL_TORCH_INDEX"
-  else
-    pip_quiet install "torch==2.13.0+cpu" \
-      || pip_quiet install "torch>=2.4" --index-url https://download.pytorch.org/whl/cpu \
-      || pip_quiet install "torch>=2.4"
-  fi
-fi
+install_cpu_torch "[setup-peer]"
 
 if ! "$PY" -P -c "import llamppl, genlm.backend" 2>/dev/null; then
   echo "[setup-peer] installing $SPEC (with genlm-backend, transformers)"

