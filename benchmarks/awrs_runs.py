@@ -198,6 +198,7 @@ def main(task: str, argv: list[str] | None = None) -> None:
     parser.add_argument("--instances", type=positive_int, default=4 if task == "molecules" else 8)
     parser.add_argument("--seed", type=nonnegative_int, default=T.PEER_SEED, help="instance draw")
     parser.add_argument("--replicates", type=positive_int, default=3)
+    parser.add_argument("--start-replicate", type=nonnegative_int, default=0, help="resume a run")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument(
         "--particles", type=positive_int, nargs="+", default=[5, 10], help="for SMC"
@@ -221,7 +222,7 @@ def main(task: str, argv: list[str] | None = None) -> None:
         lm = CachedCausalLM.default()
         instances = T.instances(task, args.instances, seed=args.seed)
         run_method("base", lm, instances[0], 1, 0)  # warm-up: trie, tables
-        for rep in range(args.replicates):
+        for rep in range(args.start_replicate, args.replicates):
             for k, inst in enumerate(instances):
                 for method in args.methods:
                     if method == "smc-mask" and args.mask_instances is not None:

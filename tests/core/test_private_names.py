@@ -23,8 +23,11 @@ OWN = sorted(
 
 
 # Private names of other libraries that have no public spelling: transformers keeps the
-# attention implementation a draft model must copy only on ``config._attn_implementation``.
-THIRD_PARTY = {"_attn_implementation"}
+# attention implementation a draft model must copy only on ``config._attn_implementation``;
+# vLLM's KV-connector base class hands its subclasses the scheduler's block table as
+# ``self._kv_cache_manager`` (set by ``bind_kv_cache_manager``) and the step's metadata
+# through ``self._get_connector_metadata()`` (llamppl/lm/vllm/fork.py subclasses it).
+THIRD_PARTY = {"_attn_implementation", "_kv_cache_manager", "_get_connector_metadata"}
 
 
 def private_crossings(source: str) -> list[str]:

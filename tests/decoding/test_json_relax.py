@@ -52,6 +52,13 @@ REFUSED = {
 }
 
 
+# The toy vocabularies have no ":" token. Where the grammar forces ":" (after a key),
+# llguidance's mask lists the tokens that may follow the forced byte, so a particle there
+# draws one, the engine rejects it, and the particle dies with a RuntimeWarning. Its weight
+# is zero, so the results stay exact; real tokenizers have every byte as a token.
+_NO_COLON_TOKEN = pytest.mark.filterwarnings("ignore:llguidance failed:RuntimeWarning")
+
+
 def _valid(schema):
     def ok(text: str) -> bool:
         try:
@@ -64,6 +71,7 @@ def _valid(schema):
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
+@_NO_COLON_TOKEN
 def test_refused_schemas_compile_to_a_superset_and_stay_exact(name):
     schema = REFUSED[name]
     grammar = json_grammar(schema)
@@ -74,6 +82,7 @@ def test_refused_schemas_compile_to_a_superset_and_stay_exact(name):
     assert_exact(model, log_z, post)
 
 
+@_NO_COLON_TOKEN
 def test_dropped_patterns_are_checked_on_their_strings():
     schema = {
         "type": "object",
