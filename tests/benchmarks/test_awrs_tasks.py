@@ -87,6 +87,7 @@ def test_pattern_prompt_is_the_chat_template_of_genlm_evals_messages():
         inst.prompt()
 
 
+@needs_data  # the n_molecules check reads the file's length
 def test_bad_instance_arguments_are_refused():
     with pytest.raises(ValueError, match="task must be one of"):
         T.instances("proteins", 1)
@@ -305,6 +306,7 @@ def test_report_has_one_row_per_method_with_its_figures(tmp_path, capsys):
     assert math.isfinite(rows["ours"]["cpu_s"])
 
 
+@needs_data  # the example draws a prompt from the shared file
 def test_module_docstring_example_runs():
     pytest.importorskip("rdkit")
     import doctest
