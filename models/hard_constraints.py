@@ -220,6 +220,7 @@ class HardConstraint(Model):
             ahead = await self._take_forced()
         last = self.max_tokens is not None and len(ctx.generated) + 1 >= self.max_tokens
         only_end = last and self.truncated == "drop"
+        left = None  # tokens left for a budgeted constraint (None: no budget reasoning)
         if self.max_tokens is not None and self.truncated != "keep":
             left = self.max_tokens - len(ctx.generated)
             if not self.constraint.reachable(lm, self.state, left):  # a count out of reach
@@ -251,7 +252,7 @@ class HardConstraint(Model):
             self.score(log_mass)  # G'_t = allowed mass
             token = int(await self.sample(MaskedNextToken(ctx, q, log_mass)))  # M'_t = q / G'_t
         else:
-            drawn = await self._lazy_draw(only_end, ahead)
+            drawn = await self._lazy_draw(only_end, ahead, left)
             if drawn is None:
                 return
             token = int(await self.sample(ctx.next_token(), proposal=drawn))  # weight += log Ẑ
@@ -283,15 +284,27 @@ class HardConstraint(Model):
             return c.cheap_parts, allows
         return None, lambda state, w: c.allows(lm, state, w)
 
-    async def _lazy_draw(self, only_end: bool, ahead=None) -> DrawnToken | None:
+    async def _lazy_draw(self, only_end: bool, ahead=None, left=None) -> DrawnToken | None:
         """Adaptive weighted rejection (:func:`~llamppl.decoding.lazy_proposal.awrs`) on this
-        particle's row, its candidates read with every particle's of the round."""
+        particle's row, its candidates read with every particle's of the round.
+
+        With ``left`` tokens in the budget, a drawn token is allowed only if the constraint
+        stays reachable in the ``left - 1`` tokens after it: a token after which every
+        completion fails is never proposed, so the draw's weight is the mass of the tokens
+        that can still succeed (the target is unchanged: a text that passes within the
+        budget has every prefix reachable, since ``reachable`` is sound)."""
         ctx, lm, c = self.context, self.context.lm, self.constraint
         log_probs = ahead if ahead is not None else await ctx.next_token_logprobs()  # (V,)
         row = log_probs
         cheap, costly_allows = self._costly()
+        mask = None
         if cheap is not None:
             mask = await mask_round(lm, c, self.state, cheap)  # (V,) bool, EOS refined below
+        if left is not None:  # tokens after which the budget certainly fails are left out
+            budget = c.budget_mask(lm, self.state, left)
+            if budget is not None:
+                mask = budget if mask is None else mask & budget
+        if mask is not None:
             row = log_probs.masked_fill(~mask, -math.inf)
         end_ok: bool | None = None
         ends, state = set(self.end_ids), self.state
@@ -306,14 +319,16 @@ class HardConstraint(Model):
             if only_end:
                 return False
             self.checks += 1
-            return costly_allows(state, w)
+            if not costly_allows(state, w):
+                return False
+            return left is None or c.reachable(lm, c.advance(lm, state, w), left - 1)
 
         candidates = await next_candidates(row, current_rng())
         draw = awrs(candidates, allowed)
         if draw.token is None:  # Z = 0 exactly: no token of positive probability is allowed
             self._die("token limit" if only_end else self._end_cause())
             return None
-        full = allowed if cheap is None else (lambda w: bool(mask[w]) and allowed(w))
+        full = allowed if mask is None else (lambda w: bool(mask[w]) and allowed(w))
         return DrawnToken(lm, log_probs, (draw.token, draw.log_p, draw.log_weight), full)
 
     # ------------------------------------------------------------ forced tokens

@@ -31,6 +31,10 @@ enforces any of them and ``&`` composes any two:
     Optional: False when no completion of at most ``tokens_left`` more tokens (the end
     token included) can pass the complete check, so the particle ends now instead of
     walking into a dead end a count makes certain (default True: no budget reasoning).
+``c.budget_mask(lm, state, tokens_left) -> (V,) bool | None``
+    Optional: a superset of the tokens ``w`` after which ``reachable(lm, state·w,
+    tokens_left - 1)`` may hold (end tokens True), or None for "any token" (the default).
+    A draw may leave the other tokens out unchecked: they lead to certain failure.
 
 **Text constraints.** :class:`Constraint` itself is the text constraint: its state is
 the generated text ``s`` (the concatenation of ``lm.vocab[t]`` over the generated
@@ -185,6 +189,11 @@ class Constraint:
         True unless it is certain that none can)."""
         return True
 
+    def budget_mask(self, lm: LanguageModel, state: Any, tokens_left: int) -> torch.Tensor | None:
+        """``(V,)`` bool: a superset of the tokens after which the constraint stays reachable in
+        ``tokens_left - 1`` tokens (end tokens True); None: every token may be (the default)."""
+        return None
+
     def forced(self, lm: LanguageModel, state: Any) -> int | None:
         """The one token allowed next, if exactly one (not EOS) is; None when unknown."""
         return None
@@ -307,6 +316,15 @@ class AllOf(Constraint):
 
     def reachable(self, lm: LanguageModel, state: tuple, tokens_left: int) -> bool:
         return all(p.reachable(lm, s, tokens_left) for p, s in zip(self.parts, state))
+
+    def budget_mask(self, lm: LanguageModel, state: tuple, tokens_left: int) -> torch.Tensor | None:
+        """The AND of the parts' budget masks (None when no part restricts)."""
+        out = None
+        for p, s in zip(self.parts, state):
+            m = p.budget_mask(lm, s, tokens_left)
+            if m is not None:
+                out = m.clone() if out is None else out & m
+        return out
 
     def text_of(self, lm: LanguageModel, state: tuple) -> str:
         return self.parts[0].text_of(lm, state[0])

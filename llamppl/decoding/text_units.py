@@ -116,6 +116,9 @@ __all__ = [
     "NestedPrefix",
     "split_prefix",
     "split_prefix_nested",
+    "sentence_spans",
+    "span_words",
+    "final_sentence_spans",
 ]
 
 LEVELS = ("character", "word", "sentence", "paragraph")
@@ -414,6 +417,40 @@ def _settled_words(sentence: str, limit: int) -> int:
     except ValueError:  # a token that is not a substring: claim nothing in this sentence
         return 0
     return sum(1 for tok, (_, end) in zip(tokens, spans) if end <= limit and _keep_word(tok))
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Punkt's ``(start, end)`` offsets of the sentences of ``text`` (realigned, before cleaning).
+
+    ``sentences(text) == [text[s:e].strip().strip(".") for s, e in sentence_spans(text)]``.
+    """
+    return _sentence_spans(_check_text("text", text))
+
+
+def span_words(sentence: str) -> list[str]:
+    """The judge's words of ONE sentence span (Treebank rules, punctuation dropped, cleaned).
+
+    ``words(text)`` is the concatenation of ``span_words(text[s:e])`` over
+    :func:`sentence_spans`; the span is not cleaned first (unlike :func:`nested_units`).
+    """
+    _check_text("sentence", sentence)
+    return [_clean(tok) for tok in _treebank().tokenize(sentence) if _keep_word(tok)]
+
+
+def final_sentence_spans(prefix: str) -> tuple[list[tuple[int, int]], int, int]:
+    """The sentence spans of a prefix and how many of them are final.
+
+    Returns
+    -------
+    tuple
+        ``(spans, n_final, open_start)``: :func:`sentence_spans` of ``prefix``, the number
+        of leading spans that are final (``split_prefix(prefix, "sentence").final`` are their
+        cleaned texts) and where the open text begins (``open_start`` of :class:`PrefixUnits`).
+    """
+    _check_text("prefix", prefix)
+    spans = _sentence_spans(prefix)
+    n_final, open_start = _final_sentence_count(prefix, spans, settled_end(prefix))
+    return spans, n_final, open_start
 
 
 def _split_sentences(prefix: str, settled: int) -> PrefixUnits:
