@@ -18,6 +18,12 @@ distributions but are not programs.
 - :mod:`~llamppl.decoding.text_units` — characters, words, sentences and paragraphs split
   exactly as COLLIE's NLTK-based judge splits them, and which units of a prefix are final
   (needs the ``collie`` extra);
+- :mod:`~llamppl.decoding.text_structure` — constraints on those units, exact on prefixes
+  (counts, positions, first/last words of sentences, last sentences of paragraphs, words
+  present or absent), built from :mod:`~llamppl.decoding.text_counts`,
+  :mod:`~llamppl.decoding.text_positions`, :mod:`~llamppl.decoding.text_presence` over the
+  prefix analysis :mod:`~llamppl.decoding.text_prefix` and the token-budget facts of
+  :mod:`~llamppl.decoding.text_budget`;
 - :mod:`~llamppl.decoding.power_law` and :mod:`~llamppl.decoding.power_law_proposal` —
   the power-law token sampler and its use as an exact SMC proposal.
 

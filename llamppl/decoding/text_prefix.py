@@ -5,8 +5,8 @@ A text-structure constraint (:mod:`~llamppl.decoding.text_structure`) must answe
 prefix still be completed?" for every token a lazy draw visits, so its view of the prefix
 must be *sound* (nothing it calls certain changes in any continuation), *tight* (a unit a
 continuation can no longer change is called certain as early as possible) and *cheap*.
-:func:`analyze` gives that view at sentence and word level, :func:`analyze_paragraphs` one
-level up::
+:func:`analyze` gives that view at sentence and word level
+(:func:`~llamppl.decoding.text_paragraphs.analyze_paragraphs` one level up)::
 
     from llamppl.decoding.text_prefix import analyze
     a = analyze("He left. The dog ran aw")
@@ -46,7 +46,7 @@ The result is a pure function of the text (memoised per text); a *parent* (the t
 its last token, already analysed) only makes it faster: the certain sentences of a prefix
 stay certain, so the work restarts at the parent's open region, and a token that only adds
 letters, spaces and simple punctuation extends the parent's region without calling NLTK.
-``tests/decoding/test_text_prefix.py`` checks all of it by brute force: on every prefix of
+``tests/decoding/test_text_prefix.py`` checks it by brute force: on every prefix of
 the COLLIE reference texts and of seeded random texts, nothing called certain ever differs
 from the judge's units of a longer prefix, and the analysis with a parent equals the
 analysis from scratch.
@@ -67,9 +67,8 @@ __all__ = [
     "Sentence",
     "OpenWord",
     "Analysis",
-    "Paragraphs",
+    "MEMO_SIZE",
     "analyze",
-    "analyze_paragraphs",
     "sentence_of",
 ]
 
@@ -87,7 +86,7 @@ _CONTRACTIONS = (
     ("lem", "lemme"),
     ("wan", "wanna"),
 )
-_MEMO_SIZE = 20_000
+MEMO_SIZE = 20_000
 
 
 # ---------------------------------------------------------------------- value types
@@ -112,7 +111,7 @@ class Sentence:
     flat: tuple[str, ...]
 
 
-@functools.lru_cache(maxsize=_MEMO_SIZE)
+@functools.lru_cache(maxsize=MEMO_SIZE)
 def sentence_of(span: str) -> Sentence:
     """The :class:`Sentence` of one raw sentence span (memoised)."""
     cleaned = span.strip().strip(".")
@@ -220,7 +219,7 @@ def _skip_space(text: str, i: int) -> int:
     return i
 
 
-@functools.lru_cache(maxsize=_MEMO_SIZE)
+@functools.lru_cache(maxsize=MEMO_SIZE)
 def _chunk_words(chunk: str, first: bool) -> tuple[str, ...]:
     """The judge's words of one complete chunk without marks (``first``: it opens the sentence)."""
     return tuple(tu.span_words((chunk if first else " " + chunk) + " "))
@@ -228,7 +227,7 @@ def _chunk_words(chunk: str, first: bool) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _punkt_tables() -> tuple[frozenset, frozenset]:
-    params = tu.punkt_tokenizer()._params
+    params = tu.punkt_parameters()
     return frozenset(params.abbrev_types), frozenset(a for a, _ in params.collocations)
 
 
@@ -321,7 +320,7 @@ def _region(
 
 
 # ---------------------------------------------------------------------- entry points
-_ANALYSES: LRU[str, Analysis] = LRU(_MEMO_SIZE)
+_ANALYSES: LRU[str, Analysis] = LRU(MEMO_SIZE)
 
 
 def analyze(text: str, parent: str | None = None) -> Analysis:
@@ -355,54 +354,3 @@ def analyze(text: str, parent: str | None = None) -> Analysis:
         result = _region(text, anchor, sentences, flat, anchor, ())
     _ANALYSES.put(text, result)
     return result
-
-
-@dataclass(frozen=True)
-class Paragraphs:
-    """What is certain about a prefix's paragraphs (pieces between ``"\\n\\n"``).
-
-    Attributes
-    ----------
-    final
-        The judge's sentences of each final paragraph (every piece before the last
-        delimiter, cleaned, then split), in order.
-    final_words
-        The judge's words of each final paragraph.
-    open_text
-        The open paragraph's text as the judge will clean it at its start (leading
-        whitespace, then leading periods removed; its end is still open).
-    open
-        :func:`analyze` of ``open_text``.
-    """
-
-    final: tuple[tuple[str, ...], ...]
-    final_words: tuple[tuple[str, ...], ...]
-    open_text: str
-    open: Analysis
-
-
-@functools.lru_cache(maxsize=_MEMO_SIZE)
-def _final_paragraph(piece: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    cleaned = piece.strip().strip(".")
-    return tuple(tu.sentences(cleaned)), tuple(tu.words(cleaned))
-
-
-def _open_paragraph_text(piece: str) -> str:
-    return piece.lstrip().lstrip(".")
-
-
-def analyze_paragraphs(text: str, parent: str | None = None) -> Paragraphs:
-    """The final paragraphs of the prefix ``text`` and the analysis of the open one.
-
-    ``parent`` (a shorter prefix) only speeds the open paragraph's analysis up.
-    """
-    cut = text.rfind(tu.PARAGRAPH_DELIMITER)
-    pieces = text[:cut].split(tu.PARAGRAPH_DELIMITER) if cut >= 0 else []
-    split = [_final_paragraph(p) for p in pieces]
-    open_text = _open_paragraph_text(text[cut + 2 :] if cut >= 0 else text)
-    hint = None
-    if parent is not None and parent.rfind(tu.PARAGRAPH_DELIMITER) == cut:
-        hint = _open_paragraph_text(parent[cut + 2 :] if cut >= 0 else parent)
-    return Paragraphs(
-        tuple(s for s, _ in split), tuple(w for _, w in split), open_text, analyze(open_text, hint)
-    )

@@ -117,6 +117,7 @@ __all__ = [
     "split_prefix",
     "split_prefix_nested",
     "sentence_spans",
+    "punkt_parameters",
     "span_words",
     "final_sentence_spans",
 ]
@@ -190,6 +191,25 @@ def punkt_tokenizer(language: str = "english") -> Any:
     params.sent_starters = set(tables.SENT_STARTERS)
     params.ortho_context = defaultdict(int, tables.ORTHO_CONTEXT)
     return punkt.PunktSentenceTokenizer(params)
+
+
+def punkt_parameters(language: str = "english") -> Any:
+    """The trained Punkt tables (``nltk.tokenize.punkt.PunktParameters``) that
+    :func:`punkt_tokenizer` splits with: abbreviations, collocations, sentence starters."""
+    if not isinstance(language, str) or not language:
+        raise TypeError(f"language must be a non-empty str, got {language!r}")
+    punkt = _nltk().tokenize.punkt
+    try:
+        from nltk.data import find
+
+        return punkt.load_punkt_params(find(f"tokenizers/punkt_tab/{language}/"))
+    except LookupError:
+        pass
+    tables = importlib.import_module(f"punkt.data.{language}")
+    params = punkt.PunktParameters()
+    params.abbrev_types = set(tables.ABBREV_TYPES)
+    params.collocations = set(tables.COLLOCATIONS)
+    return params
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,312 @@
+"""COLLIE-v1 (issue 31): SmolLM2-135M steered by SMC with exact text-structure constraints.
+
+Yao et al. (2023), "COLLIE: Systematic Construction of Constrained Text Generation Tasks".
+For ``--per-structure K`` distinct prompts of each of the 13 structures (a seeded choice,
+:func:`collie_judge.choose_prompts`), every method continues the same chat prompt (the
+instance's ``prompt`` as the user turn of the model's chat template) and COLLIE's own
+checker (:mod:`collie_judge`, rebuilt from the JSON tree) grades the one text it returns:
+
+- ``plain``: one sample from the LM (``HardConstraint`` with no constraint, ``"sample"``);
+- ``lcd``: locally constrained decoding, one particle of the lazy masked proposal, its
+  weight ignored (what masking without weights gives);
+- ``smc``: ``smc_standard`` with ``--particles N`` particles of ``HardConstraint`` on the
+  instance's constraint (:func:`collie_translate.translate`), lazy proposal, a text drawn
+  from the final weighted particles.
+
+Our constraint objects only steer; the judge never sees them. ``max_tokens`` comes from the
+constraint (:func:`token_budget`), never from the prompt's id. Per structure and averaged
+over structures it reports satisfaction (with a 95 % interval: Wilson per structure, a
+stratified bootstrap for the average), the mean log-probability per generated token under
+the LM (temperature 1, end token included) and the median CPU seconds per instance. Torch
+runs on one thread. Records go to ``--out`` (one JSON line per method and instance)::
+
+    .venv/bin/python benchmarks/bench_collie.py --per-structure 2 --particles 8
+
+The last line is ``collie: satisfied X/Y (Z%)`` for the SMC method, Z the average over
+structures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _args import nonnegative_int, positive_int
+
+METHODS = ("plain", "lcd", "smc")
+ANCHORS = {  # published outputs judged with the same checker (shared data README)
+    "c01": (100, 86, 86, 29),
+    "c02": (1, 1, 0, 0),
+    "c03": (43, 0, 0, 0),
+    "c04": (5, 0, 0, 0),
+    "c05": (0, 0, 0, 0),
+    "c06a": (50, 14, 2, 2),
+    "c07": (95, 89, 58, 68),
+    "c08": (88, 85, 23, 62),
+    "c09": (85, 26, 10, 15),
+    "c10": (25, 12, 3, 4),
+    "c11": (30, 4, 7, 7),
+    "c12": (55, 0, 0, 0),
+    "c14": (42, 0, 0, 0),
+}
+ANCHOR_AVERAGES = (47.6, 24.4, 14.5, 14.3)  # GPT-4, GPT-3.5, Alpaca-7B, Vicuna-7B
+TOKENS_PER_WORD = (
+    1.4  # SmolLM2 tokens per judge word of plain English, punctuation included, with room
+)
+WORDS_PER_SENTENCE = 18  # room per free sentence when nothing bounds its length
+MAX_TOKENS = 400
+
+
+def token_budget(lm: Any, constraint: Any) -> int:
+    """``max_tokens`` for one constraint, derived from its counts and targets.
+
+    Room for what the constraint asks: characters (half a token each, plus 12), words (2
+    tokens each, plus 12), sentences (so many words each: the upper bound, else 5/4 of the
+    lower bound plus 4, else :data:`WORDS_PER_SENTENCE`; :data:`TOKENS_PER_WORD` tokens per
+    word), the target sentences of
+    paragraphs (their own tokens, free sentences, 8 tokens per paragraph); at least 24 and
+    at most :data:`MAX_TOKENS`. It reads the constraint, never the prompt's id.
+    """
+    from llamppl.decoding.constraints import AllOf
+    from llamppl.decoding.text_structure import CharCount, EachAt, EachCount, UnitCount
+
+    parts = constraint.parts if isinstance(constraint, AllOf) else (constraint,)
+    need, sentences, words_each = 24, None, None
+    for p in parts:
+        if isinstance(p, CharCount):
+            n = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo
+            need = max(need, n // 2 + 12)
+        elif isinstance(p, UnitCount) and p.level == "word":
+            n = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo + 8
+            need = max(need, 2 * n + 12)
+        elif isinstance(p, UnitCount) and p.level == "sentence":
+            sentences = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo
+        elif isinstance(p, EachCount) and (p.outer, p.inner) == ("sentence", "word"):
+            words_each = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo * 5 // 4 + 4
+        elif isinstance(p, EachAt) and not isinstance(p.targets, str):
+            if p.outer == "sentence":
+                sentences = len(p.targets)
+            else:
+                own = sum(len(lm.encode(t)) + 2 for t in p.targets)
+                free = max(1, p.min_inner - 1) * len(p.targets)
+                room = int(free * WORDS_PER_SENTENCE * TOKENS_PER_WORD) + 8 * len(p.targets)
+                need = max(need, own + room + 16)
+    if sentences is not None:
+        per = words_each if words_each is not None else WORDS_PER_SENTENCE
+        need = max(need, int(sentences * per * TOKENS_PER_WORD) + 16)
+    return min(MAX_TOKENS, need)
+
+
+def _mean_logprob(lm: Any, particle: Any) -> float | None:
+    """Mean log-probability per generated token under the LM (temperature 1)."""
+    from llamppl import run
+
+    ctx = particle.context
+    gen = ctx.generated
+    if not gen:
+        return None
+
+    async def total() -> float:
+        s = 0.0
+        for k in range(len(gen)):
+            row = await lm.next_token_logprobs(ctx.tokens[: ctx.prompt_length + k])
+            s += float(row[gen[k]])
+        return s
+
+    return run(total()) / len(gen)
+
+
+def run_method(method: str, lm: Any, inst: dict, n: int, seed: int) -> dict[str, Any]:
+    """One method on one instance: the returned text, its judgement and costs."""
+    from collie_judge import judge
+    from collie_translate import translate
+
+    from llamppl import run
+    from llamppl.inference import importance_sampling, smc_standard
+    from llamppl.models import HardConstraint
+
+    prompt = list(lm.apply_chat_template([{"role": "user", "content": inst["prompt"]}]))
+    constraint = translate(inst)
+    max_tokens = token_budget(lm, constraint)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    if method == "plain":
+        model = HardConstraint(
+            lm, prompt, lambda text: True, "sample", max_tokens, truncated="keep"
+        )
+        result = run(importance_sampling(model, 1, seed=seed))
+        chosen = result.particles[0]
+    elif method == "lcd":
+        model = HardConstraint(lm, prompt, constraint, "lazy", max_tokens, truncated="keep")
+        result = run(importance_sampling(model, 1, seed=seed))
+        chosen = result.particles[0]  # the weight is ignored: local masking
+    else:
+        model = HardConstraint(lm, prompt, constraint, "lazy", max_tokens)
+        result = run(smc_standard(model, n, 0.5, seed=seed))
+        live = [i for i, w in enumerate(result.log_weights) if w > -math.inf]
+        if live:
+            rng = random.Random(seed)
+            top = max(result.log_weights[i] for i in live)
+            weights = [math.exp(result.log_weights[i] - top) for i in live]
+            chosen = result.particles[rng.choices(live, weights)[0]]
+        else:
+            chosen = result.particles[0]
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    text = chosen.text
+    failures: dict[str, int] = {}
+    for p in result.particles:
+        if p.failure is not None:
+            cause = p.failure.split(" (")[0]
+            failures[cause] = failures.get(cause, 0) + 1
+    return {
+        "method": method,
+        "structure": inst["structure"],
+        "key": inst["key"],
+        "index": inst["index"],
+        "n_particles": 1 if method != "smc" else n,
+        "max_tokens": max_tokens,
+        "text": text,
+        "satisfied": bool(judge(inst, text)),
+        "tokens": len(chosen.context.generated),
+        "mean_logprob": _mean_logprob(lm, chosen),
+        "cpu_seconds": cpu,
+        "wall_seconds": wall,
+        "log_ml": result.log_ml if result.log_ml > -math.inf else None,
+        "failures": failures,
+        "constraint": repr(constraint),
+    }
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's 95 % score interval for k successes in n trials."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, mid - half), min(1.0, mid + half))
+
+
+def average_interval(by_structure: dict[str, list[bool]], seed: int) -> tuple[float, float]:
+    """A 95 % stratified bootstrap interval of the average over structures."""
+    rng = random.Random(seed)
+    means = []
+    for _ in range(2000):
+        rates = [sum(rng.choices(v, k=len(v))) / len(v) for v in by_structure.values() if v]
+        means.append(sum(rates) / len(rates))
+    means.sort()
+    return means[49], means[1949]
+
+
+def report(records: list[dict], methods: list[str], seed: int) -> tuple[int, int, float]:
+    """Print the per-structure table and the averages; returns SMC's (X, Y, Z%)."""
+    seen = {r["structure"] for r in records}
+    structures = [s for s in ANCHORS if s in seen] + sorted(seen - set(ANCHORS))
+    header = (
+        "| structure | n | " + " | ".join(methods) + " | GPT-4 | GPT-3.5 | Alpaca-7B | Vicuna-7B |"
+    )
+    print(header)
+    print("|" + "---|" * (2 + len(methods) + 4))
+    per: dict[str, dict[str, list[bool]]] = {m: {} for m in methods}
+    for s in structures:
+        cells = []
+        for m in methods:
+            oks = [r["satisfied"] for r in records if r["method"] == m and r["structure"] == s]
+            per[m][s] = oks
+            lo, hi = wilson(sum(oks), len(oks))
+            cells.append(f"{sum(oks)}/{len(oks)} [{100 * lo:.0f}-{100 * hi:.0f}]")
+        n = len(per[methods[0]][s])
+        anchors = " | ".join(f"{a}%" for a in ANCHORS.get(s, ("?",) * 4))
+        print(f"| {s} | {n} | " + " | ".join(cells) + f" | {anchors} |")
+    rows = []
+    for m in methods:
+        rates = [sum(v) / len(v) for v in per[m].values() if v]
+        avg = 100 * sum(rates) / len(rates) if rates else 0.0
+        lo, hi = average_interval(per[m], seed)
+        recs = [r for r in records if r["method"] == m]
+        lps = [r["mean_logprob"] for r in recs if r["mean_logprob"] is not None]
+        cpu = statistics.median(r["cpu_seconds"] for r in recs) if recs else float("nan")
+        rows.append((m, avg, lo, hi, statistics.mean(lps) if lps else float("nan"), cpu, recs))
+    print()
+    print(
+        "| method | satisfied (avg over structures) | 95 % interval | mean log-prob/token | median CPU s |"
+    )
+    print("|---|---|---|---|---|")
+    for m, avg, lo, hi, lp, cpu, _ in rows:
+        print(f"| {m} | {avg:.1f}% | {100 * lo:.1f}-{100 * hi:.1f}% | {lp:.2f} | {cpu:.1f} |")
+    for name, a in zip(("GPT-4", "GPT-3.5", "Alpaca-7B", "Vicuna-7B"), ANCHOR_AVERAGES):
+        print(f"| {name} (published outputs) | {a}% | | | |")
+    smc = next((r for r in rows if r[0] == "smc"), rows[-1])
+    recs = smc[6]
+    return sum(r["satisfied"] for r in recs), len(recs), smc[1]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=None, help="COLLIE JSON (default: the shared dev half)")
+    parser.add_argument(
+        "--per-structure", type=positive_int, default=2, help="prompts per structure"
+    )
+    parser.add_argument("--particles", type=positive_int, default=8, help="SMC particles (<= 16)")
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="prompt choice and runs")
+    parser.add_argument(
+        "--methods", default=",".join(METHODS), help="comma-separated: " + ", ".join(METHODS)
+    )
+    parser.add_argument("--structures", default=None, help="comma-separated subset (default: all)")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "collie.jsonl"))
+    args = parser.parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for m in methods:
+        if m not in METHODS:
+            parser.error(f"--methods: unknown method {m!r} (choose from {', '.join(METHODS)})")
+    if args.particles > 16:
+        parser.error(f"--particles must be at most 16, got {args.particles}")
+
+    import collie_judge  # sets NLTK_DATA to the shared Punkt data unless the user set it
+
+    os.environ.setdefault("NLTK_DATA", str(collie_judge.NLTK_DATA))
+    import torch
+
+    torch.set_num_threads(1)
+    from llamppl import CachedCausalLM
+
+    instances = collie_judge.load(args.data) if args.data else collie_judge.load()
+    picked = collie_judge.choose_prompts(instances, k=args.per_structure, seed=args.seed)
+    if args.structures:
+        keep = set(args.structures.split(","))
+        picked = {s: v for s, v in picked.items() if s in keep}
+    lm = CachedCausalLM.default()
+    print(f"torch threads: {torch.get_num_threads()}; NLTK_DATA={os.environ['NLTK_DATA']}")
+    print(f"methods: {methods}; particles: {args.particles}; seed: {args.seed}")
+    records = []
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as fh:
+        for s, insts in picked.items():
+            for j, inst in enumerate(insts):
+                for m in methods:
+                    lm.clear_cache()
+                    rec = run_method(m, lm, inst, args.particles, args.seed * 1000 + j)
+                    records.append(rec)
+                    fh.write(json.dumps(rec) + "\n")
+                    fh.flush()
+                    print(
+                        f"{s} {inst['key']}#{inst['index']} {m:5s} ok={rec['satisfied']!s:5} "
+                        f"cpu={rec['cpu_seconds']:.1f}s tok={rec['tokens']} "
+                        f"lp={rec['mean_logprob'] if rec['mean_logprob'] is None else round(rec['mean_logprob'], 2)} "
+                        f"{rec['text'][:70]!r}",
+                        flush=True,
+                    )
+    x, y, z = report(records, methods, args.seed)
+    print(f"collie: satisfied {x}/{y} ({z:.1f}%)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The prefix analysis (:mod:`llamppl.decoding.text_prefix`) by brute force against NLTK.
+
+For every prefix ``p`` of a text ``T`` (seeded samples of the COLLIE reference texts, and
+seeded random texts full of marks, quotes, hyphens, abbreviations, contractions and
+newlines), what ``analyze(p)`` calls certain must hold in ``T``, one continuation of ``p``:
+its certain sentences are ``T``'s first sentences, its certain words ``T``'s first words, and
+the word being written may become ``T``'s word at that place. Extending a parent's analysis
+gives the same answer as starting from scratch. Paragraphs likewise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("nltk")
+
+ROOT = Path(__file__).resolve().parents[2]
+if "collie_judge" not in sys.modules:  # points NLTK_DATA at the shared Punkt data first
+    _spec = importlib.util.spec_from_file_location(
+        "collie_judge", ROOT / "benchmarks" / "collie_judge.py"
+    )
+    _module = importlib.util.module_from_spec(_spec)
+    sys.modules["collie_judge"] = _module
+    _spec.loader.exec_module(_module)
+collie_judge = sys.modules["collie_judge"]
+
+from llamppl.decoding import text_prefix as tp  # noqa: E402
+from llamppl.decoding import text_units as tu  # noqa: E402
+from llamppl.decoding.text_paragraphs import analyze_paragraphs  # noqa: E402
+from llamppl.decoding.text_prefix import analyze  # noqa: E402
+
+PIECES = [
+    "He", "ran", "far", "Mr.", "U.S.", "don't", "gonna", "cannot", "well-known", "x--y",
+    "3.5", "1)", "(see", "it)", "\"Yes,\"", "'quote'", "end.", "Why?", "No!", "a,", "b;",
+    "c:", "e.g.", "...", "she", "St.", "Dr.", "It's", "co-op", "\u2019s", "\u201cHi\u201d",
+]  # fmt: skip
+GAPS = [" ", " ", " ", " ", "  ", "\n", "\n\n", ". ", "! ", "? "]
+
+
+def _random_text(rng: random.Random, n: int) -> str:
+    out = []
+    for _ in range(n):
+        out.append(rng.choice(PIECES))
+        out.append(rng.choice(GAPS))
+    return "".join(out).rstrip()
+
+
+def _texts() -> list[str]:
+    rng = random.Random(7)
+    texts = [_random_text(rng, rng.randint(4, 14)) for _ in range(32)]
+    if collie_judge.DATA.is_file():
+        refs = sorted({i["example"] for i in collie_judge.load() if len(i["example"]) < 400})
+        texts += random.Random(3).sample(refs, 20)
+    return texts
+
+
+def _check_sentence_view(prefix: str, whole: str) -> None:
+    a = analyze(prefix)
+    sentences, words = tu.sentences(whole), tu.words(whole)
+    assert [s.text for s in a.sentences] == sentences[: len(a.sentences)], prefix
+    certain = list(a.flat) + list(a.open_flat)
+    assert certain == words[: len(certain)], prefix
+    if a.open_word is not None and len(certain) < len(words):
+        assert a.open_word.may_become(tu.normalize(words[len(certain)])), prefix
+    if a.exact and a.sentences != tuple() and len(a.sentences) < len(sentences):
+        nested = tu.words(sentences[len(a.sentences)])
+        assert list(a.open_nested) == nested[: len(a.open_nested)], prefix
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_everything_called_certain_holds_in_the_whole_text(chunk):
+    texts = _texts()[chunk::4]
+    for whole in texts:
+        for i in range(len(whole) + 1):
+            _check_sentence_view(whole[:i], whole)
+
+
+def test_a_parents_analysis_gives_the_same_answer():
+    rng = random.Random(11)
+    for _ in range(30):
+        whole = _random_text(rng, 8) + "zz"  # a suffix never seen: fresh memo entries
+        cuts = sorted(rng.sample(range(1, len(whole)), 3))
+        for a, b in zip(cuts, cuts[1:]):
+            analyze(whole[:a])
+            with_parent = analyze(whole[:b], whole[:a])
+            tp._ANALYSES.clear()  # forget every analysis: the next one starts from scratch
+            assert with_parent == analyze(whole[:b]), whole[:b]
+
+
+def test_paragraphs_called_final_are_final():
+    rng = random.Random(5)
+    for _ in range(25):
+        whole = _random_text(rng, 10)
+        paragraphs = tu.paragraphs(whole)
+        for i in range(len(whole) + 1):
+            p = analyze_paragraphs(whole[:i])
+            for k, sentences in enumerate(p.final):
+                assert list(sentences) == tu.sentences(paragraphs[k]), whole[:i]

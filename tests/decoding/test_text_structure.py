@@ -1,0 +1,249 @@
+"""Text-structure constraints against COLLIE's judge, and exact HardConstraint posteriors.
+
+1. On the shared COLLIE reference texts (every ``reference_passes`` instance),
+   ``translate(inst).accepts_end`` agrees with the judge, and the prefix check accepts
+   every character prefix (a seeded sample of instances per structure: soundness).
+2. Along the SmolLM2 tokenisation of those texts, ``reachable`` holds with the tokens the
+   rest of the text needs, and ``budget_mask`` keeps the reference's next token.
+3. Small cases: dead ends the prefix check must see at once, masks equal to the per-token
+   check, bad input named.
+4. ``HardConstraint`` on a ``FunctionLM``: every proposal's ``enumerate_exact`` posterior and
+   Z equal a brute-force sum over token sequences (the budget never changes the target).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+import random
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("nltk")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+collie_judge = _load("collie_judge")  # points NLTK_DATA at the shared Punkt data first
+collie_translate = _load("collie_translate")
+
+from llamppl import FunctionLM, run  # noqa: E402
+from llamppl.decoding.constraints import Constraint  # noqa: E402
+from llamppl.decoding.text_structure import (  # noqa: E402
+    char_count,
+    chars_at,
+    chars_per_word,
+    contains_words,
+    excludes_words,
+    first_word_of_sentences,
+    last_sentence_of_paragraphs,
+    last_word_of_sentences,
+    paragraph_count,
+    sentence_count,
+    word_count,
+    words_at,
+    words_per_sentence,
+)
+from llamppl.inference import enumerate_exact  # noqa: E402
+from llamppl.models import HardConstraint  # noqa: E402
+
+needs_data = pytest.mark.skipif(
+    not collie_judge.DATA.is_file(), reason=f"no COLLIE data at {collie_judge.DATA}"
+)
+
+
+def _passing() -> list[dict]:
+    return [inst for inst in collie_judge.load() if inst["reference_passes"]]
+
+
+def _sample(per_structure: int, seed: int = 0, passages: int = 1) -> list[dict]:
+    """A seeded sample of passing instances: ``per_structure`` of each, ``passages`` of c14."""
+    by: dict[str, list[dict]] = defaultdict(list)
+    for inst in _passing():
+        by[inst["structure"]].append(inst)
+    rng = random.Random(seed)
+    out = []
+    for s in sorted(by):
+        k = min(passages if s == "c14" else per_structure, len(by[s]))
+        out += rng.sample(by[s], k)
+    return out
+
+
+# ---------------------------------------------------------------------- 1. against the judge
+@needs_data
+def test_complete_check_agrees_with_the_judge_on_every_reference_text():
+    insts = collie_judge.load()
+    disagree = []
+    for inst in insts:
+        c = collie_translate.translate(inst)
+        if c.accepts_end(inst["example"]) != collie_judge.judge(inst, inst["example"]):
+            disagree.append((inst["key"], inst["index"]))
+    assert disagree == []
+
+
+@needs_data
+def test_prefix_check_accepts_every_prefix_of_passing_references():
+    rejected = []
+    for inst in _sample(2):
+        c, text = collie_translate.translate(inst), inst["example"]
+        first_bad = next((n for n in range(len(text) + 1) if not c(text[:n])), None)
+        if first_bad is not None:
+            rejected.append((inst["key"], inst["index"], text[:first_bad][-40:]))
+    assert rejected == []
+
+
+@needs_data
+def test_budget_keeps_every_passing_reference_reachable(smollm):
+    lm, stuck = smollm, []
+    for inst in _sample(3, seed=1):
+        c, text = collie_translate.translate(inst), inst["example"]
+        ids = [t for t in lm.encode(text) if t != lm.bos_token_id]
+        if "".join(lm.vocab[t] for t in ids) != text:
+            continue  # the vocabulary does not spell this text token by token
+        state, n = c.start(lm), len(ids)
+        for j in range(n + 1):
+            left, nxt = n - j + 1, ids[j] if j < n else lm.eos_token_id
+            mask = c.budget_mask(lm, state, left)
+            if not c.reachable(lm, state, left) or (mask is not None and not bool(mask[nxt])):
+                stuck.append((inst["key"], inst["index"], j))
+                break
+            if j < n:
+                assert c.allows(lm, state, ids[j])
+                state = c.advance(lm, state, ids[j])
+        else:
+            assert c.ends(lm, state)
+    assert stuck == []
+
+
+# ---------------------------------------------------------------------- 2. small cases
+@pytest.mark.parametrize(
+    "constraint, alive, dead",
+    [
+        (words_at({3: "jaw"}), "A b c ja", "A b c Sure"),
+        (word_count(at_most=3), "One two three", "One two three four "),
+        (sentence_count(exactly=1), "He ran far", "He ran. She ran. "),
+        (first_word_of_sentences("she"), "She ran. Sh", "She ran. He "),
+        (last_word_of_sentences(["ran", "far"]), "He ran. She went", "He went. She "),
+        (excludes_words(["is"]), "This island", "It is "),
+        (chars_per_word(at_most=4), "Tiny word", "Enormous "),
+        (words_per_sentence(at_most=3), "One two three", "One two three four "),
+        (char_count(at_most=5), "Hello", "Hello!"),
+        (chars_at({1: "e"}), "He", "Ha"),
+        (paragraph_count(at_most=1), "One. Two.", "One.\n\nTwo"),
+    ],
+)
+def test_prefix_check_sees_certain_dead_ends(constraint, alive, dead):
+    assert constraint(alive)
+    assert not constraint(dead)
+
+
+def test_complete_check_counts_as_collie_does():
+    assert word_count(exactly=3).accepts_end("Hi, you there!")  # punctuation is no word
+    assert last_word_of_sentences(["ran", "far"]).accepts_end("He ran. She went far.")
+    assert not last_word_of_sentences(["ran", "far"]).accepts_end("He ran. She went far. Ok.")
+    assert contains_words(["Peninsula."]).accepts_end("On the peninsula there")
+    assert not contains_words(["is"]).accepts_end("This island")
+    c = last_sentence_of_paragraphs(["Go home.", "Stay"], min_sentences=2)
+    assert c.accepts_end("I left. Go home.\n\nWe wait. Stay.")
+    assert not c.accepts_end("Go home.\n\nWe wait. Stay.")  # one sentence is too few
+
+
+def test_composition_is_the_and_of_the_parts():
+    c = sentence_count(exactly=2) & excludes_words(["the"])
+    assert c("A cat sat. A dog")
+    assert not c("The cat sat")
+    assert c.accepts_end("A cat sat. A dog ran.")
+    assert not c.accepts_end("A cat sat.")
+
+
+VOCAB = ["He", " ran", ".", " ra", "n", " b", "<eos>"]
+EOS = len(VOCAB) - 1
+
+
+def _logits(ctx):
+    n, last = len(ctx), ctx[-1]
+    return [math.cos(1.1 * i + 0.5 * n + 0.3 * last) for i in range(EOS)] + [-1.0 + 0.5 * n]
+
+
+LM = FunctionLM(VOCAB, EOS, _logits)
+
+
+@pytest.mark.parametrize("constraint", [char_count(at_most=5), chars_at({1: "e", 3: "r"})])
+def test_character_masks_equal_the_per_token_check(constraint):
+    for text in ["", "He", "He r", "He ran"]:
+        assert constraint.cheap_mask
+        fast = constraint.allowed_mask(LM, text)
+        assert fast.tolist() == Constraint.allowed_mask(constraint, LM, text).tolist()
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: word_count(exactly=-1), "exactly"),
+        (lambda: word_count(), "at least one"),
+        (lambda: word_count(at_least=5, at_most=2), "at_least"),
+        (lambda: words_at({"x": "a"}), "positions"),
+        (lambda: chars_at({0: "ab"}), "positions"),
+        (lambda: contains_words("word"), "words"),
+        (lambda: last_sentence_of_paragraphs(["a"], min_sentences=-1), "min_sentences"),
+    ],
+)
+def test_bad_input_is_named(build, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        build()
+
+
+# ---------------------------------------------------------------------- 3. exact posteriors
+_BRUTE: dict[tuple[str, int], tuple[dict[str, float], float]] = {}
+
+
+def _brute(constraint, max_tokens):
+    """{text: P} and Z: token sequences of at most ``max_tokens`` (end token included) that
+    end with EOS, or are cut at ``max_tokens``, and whose text passes the complete check."""
+    if (repr(constraint), max_tokens) in _BRUTE:  # shared by the proposals' cases
+        return _BRUTE[repr(constraint), max_tokens]
+    weights: dict[str, float] = {}
+    for k in range(1, max_tokens + 1):
+        for seq in itertools.product(range(len(VOCAB)), repeat=k):
+            if EOS in seq[:-1] or (seq[-1] != EOS and k < max_tokens):
+                continue
+            text = "".join(VOCAB[t] for t in seq if t != EOS)
+            if constraint.accepts_end(text):
+                key = LM.decode(list(seq))
+                weights[key] = weights.get(key, 0.0) + math.exp(LM.sequence_logprob([0], seq))
+    z = sum(weights.values())
+    _BRUTE[repr(constraint), max_tokens] = ({key: w / z for key, w in weights.items()}, z)
+    return _BRUTE[repr(constraint), max_tokens]
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        word_count(exactly=2) & words_at({1: "ran"}),
+        last_word_of_sentences(["ran", "b"]),
+        contains_words(["ran"]) & char_count(at_most=8),
+        sentence_count(exactly=2) & words_per_sentence(at_most=1),
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize("proposal", ["mask", "lazy", "sample"])
+def test_hard_constraint_posterior_is_exact(constraint, proposal):
+    n = 3 if "sentence_count" in repr(constraint) else 4  # Punkt on every text is slower
+    target, z = _brute(constraint, n)
+    exact = run(enumerate_exact(HardConstraint(LM, [0], constraint, proposal, n)))
+    assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10)
+    assert exact.posterior.keys() == target.keys()
+    for key, w in target.items():
+        assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
