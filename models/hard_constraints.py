@@ -109,6 +109,14 @@ def end_token_ids(lm: LanguageModel, stop: str) -> tuple[int, ...]:
     return tuple(sorted(eos | set(newline)))
 
 
+def _text_state(state: object) -> bool:
+    """Whether a constraint state is text (or a tuple of texts, ``&`` of text constraints),
+    which ``advance`` extends without touching the original (grammar matchers are stateful)."""
+    return isinstance(state, str) or (
+        isinstance(state, tuple) and all(isinstance(s, str) for s in state)
+    )
+
+
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
@@ -321,7 +329,9 @@ class HardConstraint(Model):
             self.checks += 1
             if not costly_allows(state, w):
                 return False
-            return left is None or c.reachable(lm, c.advance(lm, state, w), left - 1)
+            if left is None or not _text_state(state):  # only text states advance purely
+                return True
+            return c.reachable(lm, c.advance(lm, state, w), left - 1)
 
         candidates = await next_candidates(row, current_rng())
         draw = awrs(candidates, allowed)

@@ -217,7 +217,7 @@ class EachAt(TextStructure):
         rest = self.targets[done:]
         if not rest:
             return True, None
-        first = spelling(lm, rest[0])
+        first = spelling(lm, rest[0], sentence=True)
         need_first = overlap_need(first, here)
         future = sum(spelling(lm, t).fresh for t in rest[1:])
         extra = self._paragraph_extra(lm, view, need_first, rest) + future

@@ -32,6 +32,7 @@ __all__ = [
     "Spelling",
     "spelling",
     "find_spelled",
+    "may_start_sentence",
     "overlap_need",
     "progress_mask",
     "ids_mask",
@@ -135,6 +136,9 @@ class Spelling:
     word
         Whether ``target`` is a judge word (it counts as written only where no letter or
         digit is glued to it) rather than any string.
+    sentence
+        Whether ``target`` is a whole sentence: it counts as written only where it may start
+        a sentence (:func:`may_start_sentence`).
     """
 
     target: str
@@ -142,41 +146,58 @@ class Spelling:
     after: tuple[int, ...]
     mark: bool = False
     word: bool = False
+    sentence: bool = False
 
 
-def spelling(lm: LanguageModel, target: str, mark: bool = False, word: bool = False) -> Spelling:
+def spelling(
+    lm: LanguageModel, target: str, mark: bool = False, word: bool = False, sentence: bool = False
+) -> Spelling:
     """:class:`Spelling` of ``target`` (case-insensitive) over ``lm``'s vocabulary.
 
     Sound for any tokenisation: a token sequence whose text contains ``target`` (ignoring
     case; with ``mark``, followed by punctuation and a ``.``, ``?`` or ``!``) has at least
-    ``fresh`` tokens that touch it. ``word`` only changes where the target counts as
-    already written (:func:`find_spelled`).
+    ``fresh`` tokens that touch it. ``word`` and ``sentence`` only change where the target
+    counts as already written (:func:`find_spelled`).
     """
     if not isinstance(target, str):
         raise TypeError(f"target must be a str, got {type(target).__name__}")
-    spelled = _pieces(lm).spell(target.lower(), bool(mark))
-    return (
-        spelled
-        if not word
-        else Spelling(spelled.target, spelled.fresh, spelled.after, spelled.mark, True)
-    )
+    s = _pieces(lm).spell(target.lower(), bool(mark))
+    return Spelling(s.target, s.fresh, s.after, s.mark, bool(word), bool(sentence))
+
+
+def may_start_sentence(text: str, i: int) -> bool:
+    """Whether a judge sentence's cleaned text may start at ``text[i]`` (``text`` starting a
+    paragraph): only characters without letters or digits stand between ``i`` and the
+    paragraph start or a ``.``, ``?`` or ``!`` before it. Punkt breaks only after such a
+    mark, and the judge strips only punctuation and whitespace from a sentence's start."""
+    j = i
+    while j > 0:
+        ch = text[j - 1]
+        if ch.isalnum() or ch == "_":
+            return False
+        if ch in ".?!":
+            return True
+        j -= 1
+    return True
 
 
 def _pieces(lm: LanguageModel) -> _Pieces:
     return lm_table(lm, "text_budget.pieces", _Pieces)
 
 
-def _overlaps(spelled: Spelling, text_lower: str) -> list[int]:
-    """Lengths ``j >= 1`` of the starts of the target that end the text (for a word, only
-    where no letter or digit is glued before it: ``extrawnik`` never becomes ``trawniki``)."""
+def _overlaps(spelled: Spelling, text_lower: str, start: int = 0) -> list[int]:
+    """Lengths ``j >= 1`` of the starts of the target that end the text after ``start`` (for
+    a word, only where no letter or digit is glued before it: ``extrawnik`` never becomes
+    ``trawniki``; for a sentence, only where a sentence may start)."""
     target, n = spelled.target, len(text_lower)
     top = len(target) if spelled.mark else len(target) - 1
     glued = spelled.word and target not in _SECOND_PARTS
     return [
         j
-        for j in range(min(top, n), 0, -1)
+        for j in range(min(top, n - start), 0, -1)
         if text_lower.endswith(target[:j])
-        and not (glued and j < n and _GLUE.match(text_lower, n - j - 1))
+        and not (glued and n - j > start and _GLUE.match(text_lower, n - j - 1))
+        and not (spelled.sentence and not may_start_sentence(text_lower, n - j))
     ]
 
 
@@ -203,7 +224,12 @@ def _presence(target: str, mark: bool, word: bool) -> re.Pattern:
 def find_spelled(spelled: Spelling, text_lower: str, start: int = 0) -> int | None:
     """The end of the first place from ``start`` where the target may already stand (see
     :func:`spelling`'s ``word`` and ``mark``), or None."""
-    found = _presence(spelled.target, spelled.mark, spelled.word).search(text_lower, start)
+    pattern = _presence(spelled.target, spelled.mark, spelled.word)
+    found = pattern.search(text_lower, start)
+    while (
+        found is not None and spelled.sentence and not may_start_sentence(text_lower, found.start())
+    ):
+        found = pattern.search(text_lower, found.start() + 1)  # overlapping places too
     return None if found is None else found.end()
 
 
@@ -214,7 +240,7 @@ def overlap_need(spelled: Spelling, text_lower: str, start: int = 0) -> int:
     if find_spelled(spelled, text_lower, start) is not None:
         return 0
     need = spelled.fresh
-    for j in _overlaps(spelled, text_lower[start:]):
+    for j in _overlaps(spelled, text_lower, start):
         need = min(need, spelled.after[j])
     return need
 

@@ -52,10 +52,10 @@ def _random_text(rng: random.Random, n: int) -> str:
 
 def _texts() -> list[str]:
     rng = random.Random(7)
-    texts = [_random_text(rng, rng.randint(4, 14)) for _ in range(32)]
+    texts = [_random_text(rng, rng.randint(4, 14)) for _ in range(24)]
     if collie_judge.DATA.is_file():
         refs = sorted({i["example"] for i in collie_judge.load() if len(i["example"]) < 400})
-        texts += random.Random(3).sample(refs, 20)
+        texts += random.Random(3).sample(refs, 16)
     return texts
 
 

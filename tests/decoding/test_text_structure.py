@@ -247,3 +247,15 @@ def test_hard_constraint_posterior_is_exact(constraint, proposal):
     assert exact.posterior.keys() == target.keys()
     for key, w in target.items():
         assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
+
+
+def test_a_target_sentence_counts_only_where_a_sentence_may_start():
+    from llamppl.decoding.text_spelling import find_spelled, may_start_sentence, spelling
+
+    assert may_start_sentence("he left. packs", 9)
+    assert may_start_sentence('he left. "packs', 10)
+    assert not may_start_sentence("the packs", 4)
+    sp = spelling(LM, "ran", sentence=True)
+    assert find_spelled(sp, "he ran. ran") == len("he ran. ran")  # not the first "ran"
+    assert find_spelled(sp, "he ran") is None
+    assert find_spelled(spelling(LM, "ran"), "he ran") == len("he ran")
