@@ -13,7 +13,10 @@ checker (:mod:`collie_judge`, rebuilt from the JSON tree) grades the one text it
   instance's constraint (:func:`collie_translate.translate`), lazy proposal, a text drawn
   from the final weighted particles.
 
-Our constraint objects only steer; the judge never sees them. ``max_tokens`` comes from the
+LCD and SMC add one constraint of the program's own beside COLLIE's (:class:`PlainCharacters`:
+ASCII letters, spaces, ``. , ; : ! ? '``, newlines only for paragraph constraints; off with
+``--any-characters``): the target is the LM conditioned on both, still exact. Our constraint
+objects only steer; the judge never sees them. ``max_tokens`` comes from the
 constraint (:func:`token_budget`), never from the prompt's id. Per structure and averaged
 over structures it reports satisfaction (with a 95 % interval: Wilson per structure, a
 stratified bootstrap for the average), the mean log-probability per generated token under
@@ -34,12 +37,17 @@ import math
 import os
 import random
 import statistics
+import string
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from _args import nonnegative_int, positive_int
+
+from llamppl.decoding.constraints import Constraint
+from llamppl.lm.memo import lm_table
 
 METHODS = ("plain", "lcd", "smc")
 ANCHORS = {  # published outputs judged with the same checker (shared data README)
@@ -105,6 +113,43 @@ def token_budget(lm: Any, constraint: Any) -> int:
     return min(MAX_TOKENS, need)
 
 
+PLAIN = frozenset(string.ascii_letters + " .,;:!?'")
+NEWLINE = "\n"
+
+
+class PlainCharacters(Constraint):
+    """Our program's own constraint (not COLLIE's): the text uses only ASCII letters, spaces
+    and ``. , ; : ! ? '`` (and newlines when ``newlines``). Exact, with a cheap mask from a
+    per-LM table. It keeps particles out of text the prefix analysis cannot read (brackets,
+    URLs, digits, runs without spaces), where a dead end would only show at the token limit.
+    """
+
+    def __init__(self, newlines: bool) -> None:
+        self.chars = PLAIN | ({NEWLINE} if newlines else set())
+
+    def __call__(self, text: str) -> bool:
+        return all(ch in self.chars for ch in text)
+
+    def allowed_mask(self, lm: Any, text: str) -> torch.Tensor:
+        key = ("bench_collie.plain", NEWLINE in self.chars)
+        table = lm_table(
+            lm,
+            key,
+            lambda lm: torch.tensor([all(ch in self.chars for ch in t) for t in lm.vocab]),
+        )
+        mask = table.clone() if self(text) else torch.zeros_like(table)
+        mask[list(lm.eos_token_ids)] = self(text)
+        return mask.to(lm.device)
+
+    def __repr__(self) -> str:
+        return f"plain_characters(newlines={NEWLINE in self.chars})"
+
+
+def _needs_newlines(constraint: Any) -> bool:
+    """Whether the constraint speaks of paragraphs (then texts need blank lines)."""
+    return "paragraph" in repr(constraint)
+
+
 def _mean_logprob(lm: Any, particle: Any) -> float | None:
     """Mean log-probability per generated token under the LM (temperature 1)."""
     from llamppl import run
@@ -124,7 +169,9 @@ def _mean_logprob(lm: Any, particle: Any) -> float | None:
     return run(total()) / len(gen)
 
 
-def run_method(method: str, lm: Any, inst: dict, n: int, seed: int) -> dict[str, Any]:
+def run_method(
+    method: str, lm: Any, inst: dict, n: int, seed: int, plain: bool = True
+) -> dict[str, Any]:
     """One method on one instance: the returned text, its judgement and costs."""
     from collie_judge import judge
     from collie_translate import translate
@@ -136,6 +183,8 @@ def run_method(method: str, lm: Any, inst: dict, n: int, seed: int) -> dict[str,
     prompt = list(lm.apply_chat_template([{"role": "user", "content": inst["prompt"]}]))
     constraint = translate(inst)
     max_tokens = token_budget(lm, constraint)
+    if plain and method != "plain":  # the program's own style constraint, beside COLLIE's
+        constraint = constraint & PlainCharacters(_needs_newlines(constraint))
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if method == "plain":
         model = HardConstraint(
@@ -260,6 +309,11 @@ def main(argv: list[str] | None = None) -> None:
         "--methods", default=",".join(METHODS), help="comma-separated: " + ", ".join(METHODS)
     )
     parser.add_argument("--structures", default=None, help="comma-separated subset (default: all)")
+    parser.add_argument(
+        "--any-characters",
+        action="store_true",
+        help="LCD and SMC without the program's plain-characters constraint",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "collie.jsonl"))
     args = parser.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -293,7 +347,9 @@ def main(argv: list[str] | None = None) -> None:
             for j, inst in enumerate(insts):
                 for m in methods:
                     lm.clear_cache()
-                    rec = run_method(m, lm, inst, args.particles, args.seed * 1000 + j)
+                    rec = run_method(
+                        m, lm, inst, args.particles, args.seed * 1000 + j, not args.any_characters
+                    )
                     records.append(rec)
                     fh.write(json.dumps(rec) + "\n")
                     fh.flush()
