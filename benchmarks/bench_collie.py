@@ -13,9 +13,9 @@ checker (:mod:`collie_judge`, rebuilt from the JSON tree) grades the one text it
   instance's constraint (:func:`collie_translate.translate`), lazy proposal, a text drawn
   from the final weighted particles.
 
-LCD and SMC add one constraint of the program's own beside COLLIE's (:class:`PlainCharacters`:
-ASCII letters, spaces, ``. , ; : ! ? '``, newlines only for paragraph constraints; off with
-``--any-characters``): the target is the LM conditioned on both, still exact. Our constraint
+With ``--plain-characters``, LCD and SMC add one constraint of the program's own beside
+COLLIE's (:class:`PlainCharacters`: ASCII letters, spaces, ``. , ; : ! ? '``, newlines only
+for paragraph constraints): the target is then the LM conditioned on both, still exact. Our constraint
 objects only steer; the judge never sees them. ``max_tokens`` comes from the
 constraint (:func:`token_budget`), never from the prompt's id. Per structure and averaged
 over structures it reports satisfaction (with a 95 % interval: Wilson per structure, a
@@ -170,7 +170,7 @@ def _mean_logprob(lm: Any, particle: Any) -> float | None:
 
 
 def run_method(
-    method: str, lm: Any, inst: dict, n: int, seed: int, plain: bool = True
+    method: str, lm: Any, inst: dict, n: int, seed: int, plain: bool = False
 ) -> dict[str, Any]:
     """One method on one instance: the returned text, its judgement and costs."""
     from collie_judge import judge
@@ -243,18 +243,18 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, mid - half), min(1.0, mid + half))
 
 
-def average_interval(by_structure: dict[str, list[bool]], seed: int) -> tuple[float, float]:
-    """A 95 % stratified bootstrap interval of the average over structures."""
-    rng = random.Random(seed)
-    means = []
-    for _ in range(2000):
-        rates = [sum(rng.choices(v, k=len(v))) / len(v) for v in by_structure.values() if v]
-        means.append(sum(rates) / len(rates))
-    means.sort()
-    return means[49], means[1949]
+def average_interval(by_structure: dict[str, list[bool]]) -> tuple[float, float]:
+    """A 95 % interval of the average over structures: the normal approximation of the
+    stratified mean, its variance from Wilson-smoothed rates (``(k + 2) / (n + 4)`` per
+    structure, so that a structure at 0/2 or 2/2 still counts as uncertain)."""
+    cells = [(sum(v), len(v)) for v in by_structure.values() if v]
+    mean = sum(k / n for k, n in cells) / len(cells)
+    var = sum(((k + 2) / (n + 4)) * (1 - (k + 2) / (n + 4)) / n for k, n in cells)
+    half = 1.96 * math.sqrt(var) / len(cells)
+    return max(0.0, mean - half), min(1.0, mean + half)
 
 
-def report(records: list[dict], methods: list[str], seed: int) -> tuple[int, int, float]:
+def report(records: list[dict], methods: list[str]) -> tuple[int, int, float]:
     """Print the per-structure table and the averages; returns SMC's (X, Y, Z%)."""
     seen = {r["structure"] for r in records}
     structures = [s for s in ANCHORS if s in seen] + sorted(seen - set(ANCHORS))
@@ -278,7 +278,7 @@ def report(records: list[dict], methods: list[str], seed: int) -> tuple[int, int
     for m in methods:
         rates = [sum(v) / len(v) for v in per[m].values() if v]
         avg = 100 * sum(rates) / len(rates) if rates else 0.0
-        lo, hi = average_interval(per[m], seed)
+        lo, hi = average_interval(per[m])
         recs = [r for r in records if r["method"] == m]
         lps = [r["mean_logprob"] for r in recs if r["mean_logprob"] is not None]
         cpu = statistics.median(r["cpu_seconds"] for r in recs) if recs else float("nan")
@@ -310,9 +310,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--structures", default=None, help="comma-separated subset (default: all)")
     parser.add_argument(
-        "--any-characters",
+        "--plain-characters",
         action="store_true",
-        help="LCD and SMC without the program's plain-characters constraint",
+        help="LCD and SMC also constrain the text to plain characters (PlainCharacters)",
+    )
+    parser.add_argument(
+        "--report", default=None, help="print the report of a saved records file, run nothing"
     )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "collie.jsonl"))
     args = parser.parse_args(argv)
@@ -323,6 +326,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.particles > 16:
         parser.error(f"--particles must be at most 16, got {args.particles}")
 
+    if args.report:
+        records = [json.loads(line) for line in Path(args.report).open() if line.strip()]
+        x, y, z = report(records, [m for m in methods if any(r["method"] == m for r in records)])
+        print(f"collie: satisfied {x}/{y} ({z:.1f}%)")
+        return
     import collie_judge  # sets NLTK_DATA to the shared Punkt data unless the user set it
 
     os.environ.setdefault("NLTK_DATA", str(collie_judge.NLTK_DATA))
@@ -348,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
                 for m in methods:
                     lm.clear_cache()
                     rec = run_method(
-                        m, lm, inst, args.particles, args.seed * 1000 + j, not args.any_characters
+                        m, lm, inst, args.particles, args.seed * 1000 + j, args.plain_characters
                     )
                     records.append(rec)
                     fh.write(json.dumps(rec) + "\n")
@@ -360,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
                         f"{rec['text'][:70]!r}",
                         flush=True,
                     )
-    x, y, z = report(records, methods, args.seed)
+    x, y, z = report(records, methods)
     print(f"collie: satisfied {x}/{y} ({z:.1f}%)")
 
 
