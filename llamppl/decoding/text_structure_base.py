@@ -75,24 +75,29 @@ class Bounds:
 
 
 def target_key(value: object, name: str) -> str:
+    """One target as COLLIE compares it (:func:`~llamppl.decoding.text_units.normalize`);
+    ``name`` names the argument in the error for a value that is not a non-empty str."""
     if not isinstance(value, str) or not value:
         raise TypeError(f"{name} must be non-empty strings, got {value!r}")
     return tu.normalize(value)
 
 
 def target_keys(values: object, name: str) -> tuple[str, ...]:
+    """A non-empty list of targets, each as :func:`target_key` gives it."""
     if isinstance(values, str) or not isinstance(values, Sequence) or not values:
         raise TypeError(f"{name} must be a non-empty list of strings, got {values!r}")
     return tuple(target_key(v, name) for v in values)
 
 
 def check_level(name: str, value: object, allowed: Sequence[str]) -> str:
+    """``value`` if it is one of the ``allowed`` unit levels, else a ValueError naming ``name``."""
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
     return value  # type: ignore[return-value]
 
 
 def norm_unit(unit: str | None) -> str | None:
+    """A unit as COLLIE compares it, None staying None (a position out of range)."""
     return None if unit is None else tu.normalize(unit)
 
 
@@ -102,10 +107,12 @@ def unit_at(units: Sequence[str], index: int) -> str | None:
 
 
 def count_nonspace(text: str) -> int:
+    """Non-whitespace characters of ``text`` (an upper bound on the words it can hold)."""
     return sum(not ch.isspace() for ch in text)
 
 
 def count_marks(text: str) -> int:
+    """``.``, ``?`` and ``!`` in ``text`` (an upper bound on the sentence breaks it holds)."""
     return text.count(".") + text.count("?") + text.count("!")
 
 
