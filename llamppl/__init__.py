@@ -68,6 +68,6 @@ __all__ = [
 
 # LLaMPPL's names and module paths (``from llamppl import smc_standard``, ``llamppl.llms``, ...)
 # are rows of one table, served from here on by one import hook: see llamppl.compat.
-from .compat import install as _install_compat  # noqa: E402
+from . import compat  # noqa: E402
 
-_install_compat()
+compat.install()

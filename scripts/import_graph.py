@@ -71,7 +71,7 @@ API_EDGE = {
     "llamppl.compat": "LLaMPPL compatibility: the import hook that serves the table",
     "llamppl.compat.table": "LLaMPPL compatibility: the table of old spellings (strings only)",
     "llamppl.compat.adapters": "LLaMPPL compatibility: adapters of the LMs and the DSL",
-    "llamppl.compat.engines": "LLaMPPL compatibility: adapters of the engines",
+    "llamppl.inference.compat_engines": "LLaMPPL compatibility: adapters of the engines",
 }
 ROOT_AS_FLOOR = "dsl"
 

@@ -13,7 +13,7 @@ paths, ``"package.module"`` or ``"package.module:name"`` / ``"package.module:Cla
 - ``"module:Class.attribute"`` — an attribute of one of our classes. A value on the same class
   is a rename: the two names are one attribute at every class level (a subclass that overrides
   either overrides both). Any other value is a thin adapter (``llamppl.compat.adapters``,
-  ``llamppl.compat.engines``) set on the class.
+  ``llamppl.inference.compat_engines``) set on the class.
 
 A value made with :func:`llamppl.compat.second_form` gives one of OUR names its LLaMPPL form
 as well (``LMContext.next_token_logprobs`` also reads as an array): it is called with our
@@ -32,7 +32,7 @@ from __future__ import annotations
 __all__ = ["ALIASES"]
 
 _ADAPTERS = "llamppl.compat.adapters"
-_ENGINES = "llamppl.compat.engines"
+_ENGINES = "llamppl.inference.compat_engines"
 
 ALIASES: dict[str, str] = {
     # ------------------------------------------------------------ old module paths -> ours
