@@ -180,6 +180,11 @@ class Model:
         self._add_score(amount, "twist(amount)")
         self._twist_amount += amount
 
+    @property
+    def twist_amount(self) -> float:
+        """The sum of the twists not yet undone (what :meth:`untwist` would remove)."""
+        return self._twist_amount
+
     def untwist(self) -> None:
         """Undo every twist not yet undone: ``score(-Σ amounts)`` (never automatic here)."""
         amount, self._twist_amount = self._twist_amount, 0.0

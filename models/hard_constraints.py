@@ -50,6 +50,22 @@ cut ones, and Z is the probability that the LM's output (cut at ``max_tokens``)
 passes. A particle of weight 0 names why in ``failure`` (``"no allowed token"``,
 ``"token limit"``, ``"check timed out ..."``, ``"schema check: ..."``, ...).
 
+**Guiding particles toward an ending.** A constraint's complete check often fails for
+long stretches (a molecule with open rings, a sentence short of its word count) while
+every prefix check passes, so local weights cannot tell a particle that can still end
+from one that has wandered off. ``end_twist`` (default 2) is an intermediate twist
+(LLaMPPL paper §2.2, "twisted" potentials): ψ(s) = exp(end_twist · 1_{C_F}(s)) on a live
+particle, so the weights carry ψ(s_t) / ψ(s_{t-1}) and a particle whose text could end
+now is favoured at resampling by the factor e^{end_twist}. Constraints that know the fewest
+tokens a passing completion still needs (``need``: the required final sentences of
+paragraphs) add −need_twist · need(s) to log ψ, so particles that write what is asked are
+kept over those that postpone it. The twist is undone when the
+particle ends (ψ = 1 on every final text), so the posterior and Z are unchanged; it costs
+one complete check per particle and step (memoised per text). A bare callable's complete
+check is its prefix check, so the twist is constant and skipped. (The last token of the
+budget is not drawn among the tokens that complete the text: proving that none does
+would check the whole vocabulary; the cut text is checked after the draw instead.)
+
 **Time bound.** Every check runs under ``check_timeout`` seconds
 (:mod:`llamppl.decoding.time_bound`); a check that exceeds it gives its particle
 weight 0 with the cause ``"check timed out"``, and the run goes on.
@@ -75,7 +91,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from llamppl.context import LMContext
-from llamppl.decoding.constraints import AllOf, Constraint, ConstraintFailure, as_constraint
+from llamppl.decoding.constraints import (
+    AllOf,
+    Constraint,
+    ConstraintFailure,
+    PredicateConstraint,
+    as_constraint,
+)
 from llamppl.decoding.lazy_proposal import awrs, next_candidates
 from llamppl.decoding.time_bound import (
     DEFAULT_CHECK_TIMEOUT,
@@ -87,7 +109,7 @@ from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import lm_table
 from llamppl.modeling import Model
 from llamppl.rng import current_rng
-from llamppl.validation import check_positive_int
+from llamppl.validation import check_positive_int, real_number
 
 from .constrained_tokens import DrawnToken, MaskedNextToken, mask_round, masked_round
 
@@ -150,6 +172,15 @@ class HardConstraint(Model):
     fast_forward : bool
         Take a token the constraint allows alone without a draw of its own (grammars;
         same target and weights, see :class:`~llamppl.models.GrammarConstraint`).
+    end_twist : float
+        Log-factor by which a live particle whose text passes the complete check is
+        favoured (module docstring, "Guiding particles toward an ending"); 0 turns it off.
+        Posterior and Z do not depend on it.
+    need_twist : float
+        Log-factor per token of the constraint's ``need`` (the fewest tokens a passing
+        completion still needs; :meth:`~llamppl.decoding.constraints.Constraint.need`) by
+        which a live particle is disfavoured: particles that make progress on what the
+        constraint asks (copying a required sentence) are kept. A twist too; 0 turns it off.
 
     Attributes
     ----------
@@ -182,6 +213,8 @@ class HardConstraint(Model):
         truncated: str = "check",
         check_timeout: float | None = DEFAULT_CHECK_TIMEOUT,
         fast_forward: bool = True,
+        end_twist: float = 2.0,
+        need_twist: float = 0.5,
     ) -> None:
         super().__init__()
         _choice("proposal", proposal, PROPOSALS)
@@ -198,6 +231,15 @@ class HardConstraint(Model):
             proposal = "mask" if self.constraint.cheap_mask else "lazy"
         self.proposal = proposal
         self.fast_forward = fast_forward
+        end_twist = real_number("end_twist", end_twist)
+        if not 0 <= end_twist < math.inf:
+            raise ValueError(f"end_twist must be a finite number >= 0, got {end_twist!r}")
+        # a bare callable's complete check is its prefix check: the twist would be constant
+        self.end_twist = 0.0 if type(self.constraint) is PredicateConstraint else end_twist
+        need_twist = real_number("need_twist", need_twist)
+        if not 0 <= need_twist < math.inf:
+            raise ValueError(f"need_twist must be a finite number >= 0, got {need_twist!r}")
+        self.need_twist = need_twist
         self.context = LMContext(lm, prompt)
         self.end_ids = end_token_ids(lm, self.stop)
         self.state = self.constraint.start(lm)
@@ -278,6 +320,21 @@ class HardConstraint(Model):
                 self._die("token limit")
                 return
             self.finish()
+            return
+        level = 0.0  # log ψ(s) = end_twist · 1_{C_F}(s) − need_twist · need(s) (module docstring)
+        if self.end_twist:
+            self.checks += 1
+            level += self.end_twist if self.constraint.ends(lm, self.state) else 0.0
+        if self.need_twist:
+            level -= self.need_twist * self.constraint.need(lm, self.state)
+        if level != self.twist_amount:
+            self.twist(level - self.twist_amount)
+
+    def finish(self) -> None:
+        """End the particle; its twist is undone (ψ = 1 on a final text)."""
+        if self.twist_amount:
+            self.untwist()
+        super().finish()
 
     # ------------------------------------------------------------ the lazy draw
     def _costly(self) -> tuple[tuple[int, ...] | None, Callable[[Any, int], bool]]:

@@ -31,6 +31,10 @@ enforces any of them and ``&`` composes any two:
     Optional: False when no completion of at most ``tokens_left`` more tokens (the end
     token included) can pass the complete check, so the particle ends now instead of
     walking into a dead end a count makes certain (default True: no budget reasoning).
+``c.need(lm, state) -> int``
+    Optional: a sound lower bound on the tokens (end token included) any completion that
+    passes still needs (default 0: unknown). It guides particles (``HardConstraint``'s
+    ``need_twist``); it never changes the target.
 ``c.budget_mask(lm, state, tokens_left) -> (V,) bool | None``
     Optional: a superset of the tokens ``w`` after which ``reachable(lm, state·w,
     tokens_left - 1)`` may hold (end tokens True), or None for "any token" (the default).
@@ -189,6 +193,11 @@ class Constraint:
         True unless it is certain that none can)."""
         return True
 
+    def need(self, lm: LanguageModel, state: Any) -> int:
+        """Fewest more tokens (end token included) any passing completion needs: a sound lower
+        bound, 0 when unknown (the default). ``HardConstraint``'s ``need_twist`` reads it."""
+        return 0
+
     def budget_mask(self, lm: LanguageModel, state: Any, tokens_left: int) -> torch.Tensor | None:
         """``(V,)`` bool: a superset of the tokens after which the constraint stays reachable in
         ``tokens_left - 1`` tokens (end tokens True); None: every token may be (the default)."""
@@ -316,6 +325,10 @@ class AllOf(Constraint):
 
     def reachable(self, lm: LanguageModel, state: tuple, tokens_left: int) -> bool:
         return all(p.reachable(lm, s, tokens_left) for p, s in zip(self.parts, state))
+
+    def need(self, lm: LanguageModel, state: tuple) -> int:
+        """The largest part's need (a completion must satisfy every part)."""
+        return max(p.need(lm, s) for p, s in zip(self.parts, state))
 
     def budget_mask(self, lm: LanguageModel, state: tuple, tokens_left: int) -> torch.Tensor | None:
         """The AND of the parts' budget masks (None when no part restricts)."""

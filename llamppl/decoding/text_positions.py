@@ -78,13 +78,14 @@ class UnitsAt(TextStructure):
         units = tu.units(text, self.level)
         return all(norm_unit(unit_at(units, i)) == t for i, t in self.positions.items())
 
-    def _budget(self, lm: LanguageModel, state: str, tokens_left: int):
-        view = self.view_of(state)
+    def _needs(self, lm: LanguageModel, state: str):
+        """``(spelled, needs, here, add)`` of the target words not yet certain (None: none)."""
         if self.level != "word":
-            return True, None
+            return None
+        view = self.view_of(state)
         todo = {i: t for i, t in self.positions.items() if i >= 0 and view.word_at(i) is None}
         if not todo:
-            return True, None
+            return None
         add = not (can_share(lm, list(todo.values())) or layout_facts(lm).inner_space)
         here = state[view.anchor :].lower()
         at = len(view.flat) + len(view.open_flat)  # the index of the word being written
@@ -96,7 +97,21 @@ class UnitsAt(TextStructure):
             ]
         else:
             needs = in_order_needs(spelled, here)
+        return spelled, needs, here, add
+
+    def _budget(self, lm: LanguageModel, state: str, tokens_left: int):
+        found = self._needs(lm, state)
+        if found is None:
+            return True, None
+        spelled, needs, here, add = found
         return spelled_budget(lm, spelled, needs, here, tokens_left, add=add)
+
+    def need(self, lm: LanguageModel, state: str) -> int:
+        found = self._needs(lm, state)
+        if found is None:
+            return 0
+        _, needs, _, add = found
+        return sum(needs) if add else max([0, *needs])
 
     def reachable(self, lm: LanguageModel, state: str, tokens_left: int) -> bool:
         """Every target word not yet certain needs its fewest spelling tokens (summed unless
@@ -195,9 +210,11 @@ class EachAt(TextStructure):
             return False
         return all(self._unit_ok(k, u) for k, u in enumerate(units))
 
-    def _budget(self, lm: LanguageModel, state: str, tokens_left: int):
+    def _needs(self, lm: LanguageModel, state: str):
+        """``(spelled, needs, here, extra, add, paragraph)`` of the targets still to write
+        (list targets, ``index == -1``; None otherwise): the class docstring's budget."""
         if isinstance(self.targets, str) or self.index != -1:
-            return True, None
+            return None
         view = self.view_of(state)
         separate = layout_facts(lm).separate_sentences
         last = len(self.targets) - 1
@@ -212,21 +229,35 @@ class EachAt(TextStructure):
                 needs += [sp.fresh for sp in spelled[1:]]
             else:  # the targets must stand in order, each before a mark
                 needs = in_order_needs(spelled, here)
-            return spelled_budget(lm, spelled, needs, here, tokens_left, add=separate)
+            return spelled, needs, here, 0, separate, False
         done, here = len(view.final), view.open_text.lower()
         rest = self.targets[done:]
         if not rest:
-            return True, None
+            return [], [], here, 0, separate, True
         first = spelling(lm, rest[0], sentence=True)
         need_first = overlap_need(first, here)
         future = sum(spelling(lm, t).fresh for t in rest[1:])
         extra = self._paragraph_extra(lm, view, need_first, rest) + future
-        ok, mask = spelled_budget(
-            lm, [first], [need_first], here, tokens_left, extra=extra, add=separate
-        )
-        if mask is not None:
+        return [first], [need_first], here, extra, separate, True
+
+    def _budget(self, lm: LanguageModel, state: str, tokens_left: int):
+        found = self._needs(lm, state)
+        if found is None:
+            return True, None
+        spelled, needs, here, extra, add, paragraph = found
+        if not spelled:
+            return True, None
+        ok, mask = spelled_budget(lm, spelled, needs, here, tokens_left, extra=extra, add=add)
+        if paragraph and mask is not None:
             mask |= ids_mask(lm, "boundary")  # marks and delimiters are progress too
         return ok, mask
+
+    def need(self, lm: LanguageModel, state: str) -> int:
+        found = self._needs(lm, state)
+        if found is None or not found[0]:
+            return 0
+        _, needs, _, extra, add, _ = found
+        return (sum(needs) + extra) if add else max([0, *needs])
 
     def reachable(self, lm: LanguageModel, state: str, tokens_left: int) -> bool:
         return self._budget(lm, state, tokens_left)[0]

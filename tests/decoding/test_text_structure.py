@@ -116,6 +116,7 @@ def test_budget_keeps_every_passing_reference_reachable(smollm):
         for j in range(n + 1):
             left, nxt = n - j + 1, ids[j] if j < n else lm.eos_token_id
             mask = c.budget_mask(lm, state, left)
+            assert c.need(lm, state) <= left, (inst["key"], j)  # need is a lower bound
             if not c.reachable(lm, state, left) or (mask is not None and not bool(mask[nxt])):
                 stuck.append((inst["key"], inst["index"], j))
                 break
@@ -247,6 +248,25 @@ def test_hard_constraint_posterior_is_exact(constraint, proposal):
     assert exact.posterior.keys() == target.keys()
     for key, w in target.items():
         assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
+
+
+def test_need_falls_as_a_required_sentence_is_written_and_matches_reachable(smollm):
+    """``need`` (the twist's progress measure) is the budget's own bound: reachable iff
+    need <= tokens left; copying the required last sentence lowers it token by token."""
+    lm = smollm
+    c = last_sentence_of_paragraphs(["The cat sat on the mat", "Dogs bark"], min_sentences=2)
+    text = "It rained. The cat sat on the mat.\n\nIt was late. Dogs bark."
+    ids = [t for t in lm.encode(text) if t != lm.bos_token_id]
+    state, needs = c.start(lm), []
+    for t in ids:
+        needs.append(c.need(lm, state))
+        for left in (needs[-1] - 1, needs[-1]):
+            assert c.reachable(lm, state, left) == (needs[-1] <= left)
+        state = c.advance(lm, state, t)
+    assert c.ends(lm, state) and c.need(lm, state) == 0
+    assert needs[0] > 0 and all(a >= b - 1 for a, b in zip(needs, needs[1:]))
+    copy = len(lm.encode("It rained.")) - (1 if lm.bos_token_id is not None else 0)
+    assert needs[copy + 2] < needs[copy]  # the copy has begun: less is still needed
 
 
 def test_a_target_sentence_counts_only_where_a_sentence_may_start():

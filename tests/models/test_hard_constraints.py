@@ -127,7 +127,7 @@ def test_every_formulation_gives_the_conditioned_lm(lm, name, truncated):
 def test_mask_potential_is_allowed_mass(lm):
     """One step of the mask formulation: weight = log Σ_w p(w) 1_C(s w) (paper's G'_t)."""
     c = max_word_length(1)
-    model = HardConstraint(lm, PROMPT, c, proposal="mask", max_tokens=MAX_TOKENS)
+    model = HardConstraint(lm, PROMPT, c, proposal="mask", max_tokens=MAX_TOKENS, end_twist=0)
     run(model.advance())
     p = torch.exp(lm.logprobs(PROMPT))
     allowed = [i for i, v in enumerate(VOCAB) if (c(v) if i != EOS else True)]

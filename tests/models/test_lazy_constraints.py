@@ -39,8 +39,10 @@ def no_double_b(text: str) -> bool:
     return "bb" not in text and len(text.replace("\n", "")) <= 3
 
 
-def _brute(max_tokens, stop, truncated="check"):
-    """{string: P} and Z with the newline rule: a token containing a newline ends the text."""
+def _brute(max_tokens, stop, truncated="check", complete=no_double_b):
+    """{string: P} and Z with the newline rule: a token containing a newline ends the text.
+
+    ``complete`` is the complete check (ended texts, and cut ones under ``"check"``)."""
     ends = {EOS} | ({3, 4} if stop == "newline" else set())
     weights: dict[str, float] = {}
     for k in range(1, max_tokens + 1):
@@ -55,7 +57,7 @@ def _brute(max_tokens, stop, truncated="check"):
             text = texts[-1] if texts else ""
             if not ended and k < max_tokens:
                 continue
-            if (ended or truncated == "check") and not no_double_b(text):
+            if (ended or truncated == "check") and not complete(text):
                 continue
             if not ended and truncated == "drop":
                 continue
@@ -159,7 +161,63 @@ def test_composition_masks_the_cheap_part_and_checks_the_costly_one_lazily():
         assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
 
 
+class EvenEnd(PredicateConstraint):
+    """``no_double_b`` on prefixes; a text may end only with an even number of letters."""
+
+    def accepts_end(self, text: str) -> bool:
+        self.calls += 1
+        return no_double_b(text) and len(text.replace("\n", "")) % 2 == 0
+
+
+def _even(text: str) -> bool:
+    return no_double_b(text) and len(text.replace("\n", "")) % 2 == 0
+
+
+@pytest.mark.parametrize("end_twist", [0.0, 2.0])
+@pytest.mark.parametrize("proposal", ["lazy", "mask", "sample"])
+def test_the_end_twist_leaves_posterior_and_z_exact(proposal, end_twist):
+    """ψ(s) = exp(end_twist · 1_{C_F}(s)) is undone at the end: enumeration is unchanged."""
+    target, z = _brute(3, "newline", complete=_even)
+    model = HardConstraint(
+        LM, PROMPT, EvenEnd(no_double_b), proposal, 3, stop="newline", end_twist=end_twist
+    )
+    exact = run(enumerate_exact(model))
+    assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10)
+    assert exact.posterior.keys() == target.keys()
+    for key, w in target.items():
+        assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
+
+
+def test_the_end_twist_is_carried_while_live_and_smc_stays_unbiased():
+    """A live particle's weight is log G' plus end_twist when its text could end; over 300
+    seeded SMC runs (resampling on twisted weights) E[Ẑ π̂(s)] = Z π(s) within 4 standard
+    errors."""
+    c = EvenEnd(no_double_b)
+    model = HardConstraint(LM, PROMPT, c, "mask", 3, stop="newline", end_twist=1.5)
+    run(model.advance())
+    if not model.finished:
+        g = HardConstraint(LM, PROMPT, c, "mask", 3, stop="newline", end_twist=0.0)
+        run(g.advance())
+        bonus = 1.5 if _even(model.text) else 0.0
+        assert model.weight - g.weight == pytest.approx(bonus, abs=1e-12)
+    target, z = _brute(3, "newline", complete=_even)
+    model = HardConstraint(LM, PROMPT, c, "lazy", 3, stop="newline", end_twist=2.0)
+    runs = [run(smc_standard(model, 4, seed=s)) for s in range(300)]
+    assert all(p.finished or p.weight == -math.inf for r in runs for p in r.particles)
+    z_hats = np.array([math.exp(r.log_ml) for r in runs])
+    se = z_hats.std(ddof=1) / math.sqrt(len(runs))
+    assert abs(z_hats.mean() - z) <= 4 * se
+    for key, w in target.items():
+        est = np.array([math.exp(r.log_ml) * r.posterior.get(key, 0.0) for r in runs])
+        se_k = max(est.std(ddof=1), math.sqrt(z * w)) / math.sqrt(len(runs))
+        assert abs(est.mean() - z * w) <= 4 * se_k, (key, est.mean(), z * w)
+
+
 def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="end_twist must be a finite number >= 0"):
+        HardConstraint(LM, PROMPT, no_double_b, end_twist=-1.0)
+    with pytest.raises(ValueError, match="end_twist must be a finite number >= 0"):
+        HardConstraint(LM, PROMPT, no_double_b, end_twist=float("nan"))
     with pytest.raises(ValueError, match="stop must be one of"):
         HardConstraint(LM, PROMPT, no_double_b, stop="period")
     with pytest.raises(ValueError, match="truncated must be one of"):
