@@ -16,8 +16,9 @@ distributions but are not programs.
   Lark): grammars, matchers, batched masks;
 - :mod:`~llamppl.decoding.grammar_logits` — the local-masking HF ``LogitsProcessor``;
 - :mod:`~llamppl.decoding.text_units` — characters, words, sentences and paragraphs split
-  exactly as COLLIE's NLTK-based judge splits them, and which units of a prefix are final
-  (needs the ``collie`` extra);
+  exactly as COLLIE's NLTK-based judge splits them, and
+  :mod:`~llamppl.decoding.text_finality` — which units of a prefix are final (both need
+  the ``collie`` extra);
 - :mod:`~llamppl.decoding.text_structure` — constraints on those units, exact on prefixes
   (counts, positions, first/last words of sentences, last sentences of paragraphs, words
   present or absent), built from :mod:`~llamppl.decoding.text_counts`,

@@ -16,7 +16,7 @@ continuation can no longer change is called certain as early as possible) and *c
 How a prefix is read
 --------------------
 1. **Certain sentences.** From the start, repeatedly: the sentences that
-   :func:`~llamppl.decoding.text_units.final_sentence_spans` calls final (Punkt's decision
+   :func:`~llamppl.decoding.text_finality.final_sentence_spans` calls final (Punkt's decision
    can no longer change, one or two chunks after the mark), and one rule of our own that
    decides a boundary one chunk earlier: when the last chunk of the first open sentence is
    a run of ASCII letters followed by a single ``?`` or ``!``, or by ``.`` after at least two
@@ -34,7 +34,7 @@ How a prefix is read
    letters (optionally one ``,``, ``;`` or ``:`` after them), the analysis is *exact*: it
    knows every word of the region and the word being written (:class:`OpenWord`). Otherwise
    the region's certain words are the longest of that simple run and what
-   :func:`~llamppl.decoding.text_units.split_prefix` calls final.
+   :func:`~llamppl.decoding.text_finality.split_prefix` calls final.
 3. **The word being written** (:class:`OpenWord`, letters ``L``) becomes, in every
    continuation, a word that starts with ``L``, or one of three shorter forms the Treebank
    rules can cut out of it: ``L`` without its last ``n`` (``don`` + ``'t`` gives ``do``,
@@ -61,6 +61,7 @@ from dataclasses import dataclass
 
 from llamppl.lm.memo import LRU
 
+from . import text_finality as tf
 from . import text_units as tu
 
 __all__ = [
@@ -261,7 +262,7 @@ def _advance(
     anchor = _skip_space(text, anchor)
     while _MARK.search(text, anchor):
         region = text[anchor:]
-        spans, n_final, open_start = tu.final_sentence_spans(region)
+        spans, n_final, open_start = tf.final_sentence_spans(region)
         if n_final:
             new = [sentence_of(region[s:e]) for s, e in spans[:n_final]]
             anchor = _skip_space(text, anchor + open_start)
@@ -309,11 +310,11 @@ def _region(
     simple = nested = tuple(words)
     ahead = len(_COMPLETE_CHUNK.findall(text, pos))
     if ahead >= 2:
-        final = tu.split_prefix(region, "word").final
+        final = tf.split_prefix(region, "word").final
         if len(final) > len(simple):
             simple = final
     if ahead >= 3:
-        open_final = tu.split_prefix_nested(region, "sentence", "word").open_final
+        open_final = tf.split_prefix_nested(region, "sentence", "word").open_final
         if len(open_final) > len(nested):
             nested = open_final
     return Analysis(anchor, sentences, flat, simple, nested, None, False, n > anchor, n)

@@ -32,6 +32,7 @@ collie_judge = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("collie_judge", collie_judge)
 _spec.loader.exec_module(collie_judge)  # points NLTK_DATA at the shared Punkt data first
 
+from llamppl.decoding import text_finality as tf  # noqa: E402
 from llamppl.decoding import text_units as tu  # noqa: E402
 
 HAVE_DATA = collie_judge.DATA.is_file()
@@ -69,7 +70,7 @@ def _assert_final_is_stable(text: str, window: int, counts: dict, start: int = 0
         prefix = text[:i]
         later = [j for j in ends if j >= i]
         for lvl in FLAT:
-            split = tu.split_prefix(prefix, lvl)
+            split = tf.split_prefix(prefix, lvl)
             assert list(split.final + split.pending) == flat[lvl][i], (prefix, lvl)
             k = len(split.final)
             counts[lvl] += k
@@ -81,7 +82,7 @@ def _assert_final_is_stable(text: str, window: int, counts: dict, start: int = 0
                     tail = tu.units(text[split.open_start : j], lvl)
                     assert list(split.final) + tail == flat[lvl][j], (prefix, text[:j], lvl)
         for key in NESTED:
-            split = tu.split_prefix_nested(prefix, *key)
+            split = tf.split_prefix_nested(prefix, *key)
             assert [list(u) for u in split.final + split.pending] == nested[key][i], (prefix, key)
             k, m = len(split.final), len(split.open_final)
             counts[key] += k + m
@@ -226,10 +227,10 @@ def test_a_rule_one_chunk_more_eager_is_caught(monkeypatch: pytest.MonkeyPatch):
     """The brute force has teeth: deciding the last complete chunk too breaks a final unit."""
 
     def eager(prefix: str, margin: int = 0) -> int:
-        ends = tu._chunk_ends(prefix)
+        ends = tf._chunk_ends(prefix)
         return ends[len(ends) - 1 - margin] if len(ends) > margin else 0
 
-    monkeypatch.setattr(tu, "settled_end", eager)
+    monkeypatch.setattr(tf, "settled_end", eager)
     rng = random.Random(0)
     with pytest.raises(AssertionError):
         for _ in range(60):
@@ -250,25 +251,25 @@ def test_a_rule_one_chunk_more_eager_is_caught(monkeypatch: pytest.MonkeyPatch):
 def test_non_monotone_cases_are_not_final(prefix: str, longer: str, level: str):
     now, later = tu.units(prefix, level), tu.units(longer, level)
     assert later[: len(now)] != now  # the split of the prefix does change...
-    split = tu.split_prefix(prefix, level)
+    split = tf.split_prefix(prefix, level)
     assert later[: len(split.final)] == list(split.final)  # ...and we did not call it final
 
 
 def test_docstring_examples_and_boundaries():
-    assert tu.split_prefix("He left. Mr. Smith came", "sentence") == tu.PrefixUnits(
+    assert tf.split_prefix("He left. Mr. Smith came", "sentence") == tf.PrefixUnits(
         ("He left",), ("Mr. Smith came",), 9
     )  # the module docstring's example
-    assert tu.split_prefix("Hi!!", "sentence") == tu.PrefixUnits((), ("Hi!", "!"), 0)
-    assert tu.split_prefix("one two three fo", "word").final == ("one", "two")
-    assert tu.split_prefix("one two three ", "word").final == ("one", "two")
-    assert tu.split_prefix("ab. c", "character").final == ("a", "b", "", "", "c")
-    para = tu.split_prefix("One.\n\nTwo\n", "paragraph")
+    assert tf.split_prefix("Hi!!", "sentence") == tf.PrefixUnits((), ("Hi!", "!"), 0)
+    assert tf.split_prefix("one two three fo", "word").final == ("one", "two")
+    assert tf.split_prefix("one two three ", "word").final == ("one", "two")
+    assert tf.split_prefix("ab. c", "character").final == ("a", "b", "", "", "c")
+    para = tf.split_prefix("One.\n\nTwo\n", "paragraph")
     assert para.final == ("One",) and para.pending == ("Two",) and para.open_start == 6
-    nested = tu.split_prefix_nested("Alpha beta gamma. Delta epsilon zeta eta ", "sentence", "word")
+    nested = tf.split_prefix_nested("Alpha beta gamma. Delta epsilon zeta eta ", "sentence", "word")
     assert nested.final == (("Alpha", "beta", "gamma"),)
     assert nested.open_final == ("Delta", "epsilon")  # one chunk of margin inside a sentence
-    assert tu.settled_end("a b c ") == 3 and tu.settled_end("a b c") == 1
-    assert tu.settled_end("a b c ", margin=1) == 1 and tu.settled_end("a") == 0
+    assert tf.settled_end("a b c ") == 3 and tf.settled_end("a b c") == 1
+    assert tf.settled_end("a b c ", margin=1) == 1 and tf.settled_end("a") == 0
 
 
 # ---------------------------------------------------------------------- Punkt data, bad input
@@ -329,14 +330,14 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="text must be a str"):
         tu.words(b"bytes")
     with pytest.raises(TypeError, match="prefix must be a str"):
-        tu.split_prefix(None, "word")
+        tf.split_prefix(None, "word")
     with pytest.raises(ValueError, match="level must be one of"):
-        tu.split_prefix("a", "passage")
+        tf.split_prefix("a", "passage")
     with pytest.raises(ValueError, match="outer must be one of 'word', 'sentence', 'paragraph'"):
-        tu.split_prefix_nested("a", "character", "word")
+        tf.split_prefix_nested("a", "character", "word")
     with pytest.raises(ValueError, match="inner must be one of"):
         tu.nested_units("a", "sentence", "phrase")
     with pytest.raises(ValueError, match="margin must be a non-negative integer"):
-        tu.settled_end("a b", margin=-1)
+        tf.settled_end("a b", margin=-1)
     with pytest.raises(TypeError, match="language must be a non-empty str"):
         tu.punkt_tokenizer("")
