@@ -67,16 +67,33 @@ def _brute(max_tokens, stop, truncated="check", complete=no_double_b):
     return {key: w / z for key, w in weights.items()}, z
 
 
-@pytest.mark.parametrize("stop", ["eos", "newline"])
-@pytest.mark.parametrize("proposal", ["lazy", "mask", "sample"])
-def test_newline_stop_and_every_proposal_are_exact(stop, proposal):
-    target, z = _brute(3, stop)
-    model = HardConstraint(LM, PROMPT, no_double_b, proposal, 3, stop=stop)
+def assert_exact(model, target: dict, z: float):
+    """``enumerate_exact(model)`` has log Z = log ``z`` and the posterior ``target``."""
     exact = run(enumerate_exact(model))
     assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10)
     assert exact.posterior.keys() == target.keys()
     for key, w in target.items():
         assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
+    return exact
+
+
+def assert_unbiased(runs: list, target: dict, z: float) -> None:
+    """E[Ẑ] = Z and E[Ẑ π̂(s)] = Z π(s) for every string, within 4 standard errors."""
+    z_hats = np.array([math.exp(r.log_ml) for r in runs])
+    se = z_hats.std(ddof=1) / math.sqrt(len(runs))
+    assert abs(z_hats.mean() - z) <= 4 * se
+    for key, w in target.items():
+        est = np.array([math.exp(r.log_ml) * r.posterior.get(key, 0.0) for r in runs])
+        se_k = max(est.std(ddof=1), math.sqrt(z * w)) / math.sqrt(len(runs))
+        assert abs(est.mean() - z * w) <= 4 * se_k, (key, est.mean(), z * w)
+
+
+@pytest.mark.parametrize("stop", ["eos", "newline"])
+@pytest.mark.parametrize("proposal", ["lazy", "mask", "sample"])
+def test_newline_stop_and_every_proposal_are_exact(stop, proposal):
+    target, z = _brute(3, stop)
+    model = HardConstraint(LM, PROMPT, no_double_b, proposal, 3, stop=stop)
+    exact = assert_exact(model, target, z)
     if stop == "newline":  # a newline token ends the text and is not part of it
         assert all("\n" not in p.text for p in exact.particles)
 
@@ -87,13 +104,7 @@ def test_plain_callable_defaults_to_the_lazy_proposal_and_its_smc_is_unbiased():
     model = HardConstraint(LM, PROMPT, no_double_b, max_tokens=3, stop="newline")
     assert model.proposal == "lazy"
     runs = [run(smc_standard(model, 4, seed=s)) for s in range(300)]
-    z_hats = np.array([math.exp(r.log_ml) for r in runs])
-    se = z_hats.std(ddof=1) / math.sqrt(len(runs))
-    assert abs(z_hats.mean() - z) <= 4 * se
-    for key, w in target.items():
-        est = np.array([math.exp(r.log_ml) * r.posterior.get(key, 0.0) for r in runs])
-        se_k = max(est.std(ddof=1), math.sqrt(z * w)) / math.sqrt(len(runs))
-        assert abs(est.mean() - z * w) <= 4 * se_k, (key, est.mean(), z * w)
+    assert_unbiased(runs, target, z)
 
 
 def test_lazy_checks_only_the_tokens_it_draws():
@@ -142,11 +153,7 @@ def test_a_backtracking_regex_is_bounded_by_the_regex_engines_own_timeout():
 def test_cut_texts_follow_the_truncated_option(truncated):
     target, z = _brute(2, "eos", truncated)
     model = HardConstraint(LM, PROMPT, no_double_b, "lazy", 2, truncated=truncated)
-    exact = run(enumerate_exact(model))
-    assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10)
-    assert exact.posterior.keys() == target.keys()
-    for key, w in target.items():
-        assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
+    assert_exact(model, target, z)
 
 
 def test_composition_masks_the_cheap_part_and_checks_the_costly_one_lazily():
@@ -181,11 +188,7 @@ def test_the_end_twist_leaves_posterior_and_z_exact(proposal, end_twist):
     model = HardConstraint(
         LM, PROMPT, EvenEnd(no_double_b), proposal, 3, stop="newline", end_twist=end_twist
     )
-    exact = run(enumerate_exact(model))
-    assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10)
-    assert exact.posterior.keys() == target.keys()
-    for key, w in target.items():
-        assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
+    assert_exact(model, target, z)
 
 
 def test_the_end_twist_is_carried_while_live_and_smc_stays_unbiased():
@@ -204,13 +207,7 @@ def test_the_end_twist_is_carried_while_live_and_smc_stays_unbiased():
     model = HardConstraint(LM, PROMPT, c, "lazy", 3, stop="newline", end_twist=2.0)
     runs = [run(smc_standard(model, 4, seed=s)) for s in range(300)]
     assert all(p.finished or p.weight == -math.inf for r in runs for p in r.particles)
-    z_hats = np.array([math.exp(r.log_ml) for r in runs])
-    se = z_hats.std(ddof=1) / math.sqrt(len(runs))
-    assert abs(z_hats.mean() - z) <= 4 * se
-    for key, w in target.items():
-        est = np.array([math.exp(r.log_ml) * r.posterior.get(key, 0.0) for r in runs])
-        se_k = max(est.std(ddof=1), math.sqrt(z * w)) / math.sqrt(len(runs))
-        assert abs(est.mean() - z * w) <= 4 * se_k, (key, est.mean(), z * w)
+    assert_unbiased(runs, target, z)
 
 
 def test_bad_options_are_named():
