@@ -13,7 +13,11 @@ metric:
   p restricted to the allowed tokens, by the lazy draw, weights ignored: LCD);
 - ``sample-rerank`` — N unconstrained samples, weighted by the complete check;
 - ``SMC mask`` / ``SMC lazy`` — ``smc_standard`` (ESS threshold 0.5, as the peers) over
-  :class:`~llamppl.models.HardConstraint` with the mask or the lazy proposal.
+  :class:`~llamppl.models.HardConstraint` with the mask or the lazy proposal;
+- ``SMC lazy + need`` (molecules) — the lazy proposal with a user's guide added to the
+  check: ``need`` is the count of open ring bonds and branches
+  (:func:`awrs_tasks.smiles_open_count`), which ``HardConstraint``'s ``need_twist`` turns
+  into a twist (same posterior and Z; what a user who knows SMILES would add).
 
 The constraint is the task's own prefix and complete checks (``partialsmiles``; the
 ``regex`` package's partial full match for patterns, through :func:`regex_prefix`, whose
@@ -44,13 +48,14 @@ from llamppl.models import HardConstraint
 
 __all__ = ["METHODS", "main", "run_method"]
 
-METHODS = ("base", "lcd", "rerank", "smc-mask", "smc-lazy")
+METHODS = ("base", "lcd", "rerank", "smc-mask", "smc-lazy", "smc-need")
 NAMES = {
     "base": "base LM",
     "lcd": "locally constrained",
     "rerank": "sample-rerank",
     "smc-mask": "llamppl SMC mask",
     "smc-lazy": "llamppl SMC lazy",
+    "smc-need": "llamppl SMC lazy + need",
 }
 
 
@@ -67,6 +72,13 @@ class Counted(Constraint):
     def accepts_end(self, text: str) -> bool:
         self.calls += 1
         return self.instance.complete_ok(text, timeout=None)
+
+
+class CountedWithNeed(Counted):
+    """The molecule checks plus a guide: ``need`` = open ring bonds and branches."""
+
+    def need(self, lm: Any, state: str) -> int:
+        return T.smiles_open_count(state)
 
 
 class CountedRegex(RegexPrefix):
@@ -94,10 +106,10 @@ class Outcome:
     extra: dict[str, Any]
 
 
-def _constraint(instance: T.Instance) -> Constraint:
+def _constraint(instance: T.Instance, need: bool = False) -> Constraint:
     if isinstance(instance, T.PatternInstance):
         return CountedRegex(instance.pattern)
-    return Counted(instance)
+    return CountedWithNeed(instance) if need else Counted(instance)
 
 
 def _extensions(result) -> int:
@@ -141,7 +153,7 @@ def run_method(method: str, lm: CachedCausalLM, instance: T.Instance, n: int, se
             ]
             calls = check.calls
         return Outcome(particles, calls, _extensions(result), {})
-    constraint = _constraint(instance)
+    constraint = _constraint(instance, need=method == "smc-need")
     proposal = "mask" if method == "smc-mask" else "lazy"
     model = HardConstraint(lm, prompt, constraint, proposal, **common)
     if method == "lcd":
@@ -225,6 +237,8 @@ def main(task: str, argv: list[str] | None = None) -> None:
         for rep in range(args.start_replicate, args.replicates):
             for k, inst in enumerate(instances):
                 for method in args.methods:
+                    if method == "smc-need" and task != "molecules":
+                        continue  # the guide is a SMILES one
                     if method == "smc-mask" and args.mask_instances is not None:
                         if k >= args.mask_instances:
                             continue

@@ -91,6 +91,7 @@ __all__ = [
     "read_records",
     "report",
     "smiles_complete_ok",
+    "smiles_open_count",
     "smiles_prefix_ok",
     "summarize",
 ]
@@ -237,6 +238,40 @@ def smiles_prefix_ok(text: str, timeout: float | None = CHECK_TIMEOUT) -> bool:
     One leading space is dropped first. Raises :class:`CheckTimeout` past ``timeout`` seconds.
     """
     return _parse_smiles(text, True, timeout)
+
+
+def smiles_open_count(text: str) -> int:
+    """Ring bonds and branches a SMILES prefix leaves open (bracket atoms skipped).
+
+    Each needs a later ring digit or ``)`` before the molecule can end, so the count says
+    how far the text is from an ending. It is a guide, not a strict bound on tokens (one
+    token such as ``12`` or ``)1`` can close two at once).
+
+    >>> smiles_open_count(" BrC1=C2C3CC(C"), smiles_open_count("C1CC1C(=O)O")
+    (4, 0)
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    rings: set[str] = set()
+    depth, i, t = 0, 0, text.strip()
+    while i < len(t):
+        ch = t[i]
+        if ch == "[":  # a bracket atom: its digits are charges or counts, not ring bonds
+            end = t.find("]", i)
+            i = len(t) if end < 0 else end + 1
+            continue
+        if ch == "%" and t[i + 1 : i + 3].isdigit():  # a two-digit ring bond
+            rings ^= {t[i + 1 : i + 3]}
+            i += 3
+            continue
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch.isdigit():
+            rings ^= {ch}
+        i += 1
+    return len(rings) + depth
 
 
 def smiles_complete_ok(text: str, timeout: float | None = CHECK_TIMEOUT) -> bool:

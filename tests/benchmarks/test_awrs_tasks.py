@@ -129,6 +129,16 @@ def test_smiles_prefix_check_agrees_with_partialsmiles(prefix):
     assert T.smiles_prefix_ok(" " + prefix) is expected  # the space after "Molecule:"
 
 
+def test_smiles_open_count_counts_open_rings_and_branches():
+    assert T.smiles_open_count("") == 0 and T.smiles_open_count(" CC(=O)O") == 0
+    assert T.smiles_open_count(" BrC1=C2C3CC(C") == 4  # rings 1, 2, 3 and one branch
+    assert T.smiles_open_count("C1CC1") == 0 and T.smiles_open_count("C1CC2CC1") == 1
+    assert T.smiles_open_count("C%12CC") == 1 and T.smiles_open_count("C%12CC%12") == 0
+    assert T.smiles_open_count("C[NH3+]") == 0  # digits inside brackets are not ring bonds
+    with pytest.raises(TypeError, match="text must be a str"):
+        T.smiles_open_count(None)
+
+
 def test_smiles_checks_accept_and_refuse_known_strings():
     pytest.importorskip("partialsmiles")
     assert T.smiles_prefix_ok(" CC(") and not T.smiles_complete_ok(" CC(")
