@@ -21,14 +21,24 @@ import torch
 
 from llamppl.batching import Coalescer
 from llamppl.context import LMContext
-from llamppl.decoding.constraints import Constraint
+from llamppl.decoding.constraints import AllOf, Constraint
 from llamppl.distributions import Distribution
 from llamppl.lm.base import LanguageModel
-from llamppl.lm.memo import PerLM
+from llamppl.lm.memo import PerLM, lm_table
 from llamppl.rng import current_rng
 from llamppl.token import Token
 
-__all__ = ["MaskedNextToken", "DrawnToken", "masked_round", "mask_round", "mask_calls"]
+__all__ = [
+    "MaskedNextToken",
+    "DrawnToken",
+    "masked_round",
+    "mask_round",
+    "mask_calls",
+    "end_token_ids",
+    "is_text_state",
+    "one_of",
+    "split_costly",
+]
 
 
 # ---------------------------------------------------------------- batched masked probabilities
@@ -177,3 +187,44 @@ class DrawnToken(Distribution):
         masked = self._masked()
         log_z = math.log(sum(math.exp(v) for _, v in masked))
         return [(Token(self.lm, w), v - log_z) for w, v in masked]
+
+
+def end_token_ids(lm: LanguageModel, stop: str) -> tuple[int, ...]:
+    """The tokens that end a text: EOS, and with ``stop="newline"`` every token containing a newline."""
+    eos = set(lm.eos_token_ids)
+    if stop == "eos":
+        return tuple(sorted(eos))
+    newline = lm_table(
+        lm, "newline_tokens", lambda lm: [i for i, t in enumerate(lm.vocab) if "\n" in t]
+    )
+    return tuple(sorted(eos | set(newline)))
+
+
+def is_text_state(state: object) -> bool:
+    """Whether a constraint state is text (or a tuple of texts, ``&`` of text constraints),
+    which ``advance`` extends without touching the original (grammar matchers are stateful)."""
+    return isinstance(state, str) or (
+        isinstance(state, tuple) and all(isinstance(s, str) for s in state)
+    )
+
+
+def one_of(name: str, value: object, allowed: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``allowed``, else a ``ValueError`` naming ``name``."""
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def split_costly(
+    lm: LanguageModel, c: Constraint
+) -> tuple[tuple[int, ...] | None, Callable[[Any, int], bool]]:
+    """For a lazy draw: the cheap parts of ``c`` to mask with (None: none) and the check of
+    the others on one token (``allows(state, w)``)."""
+    if isinstance(c, AllOf) and c.cheap_parts and c.costly_parts:
+        costly = c.costly_parts
+
+        def allows(state: Any, w: int) -> bool:
+            return all(c.parts[i].allows(lm, state[i], w) for i in costly)
+
+        return c.cheap_parts, allows
+    return None, lambda state, w: c.allows(lm, state, w)

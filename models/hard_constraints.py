@@ -50,21 +50,9 @@ cut ones, and Z is the probability that the LM's output (cut at ``max_tokens``)
 passes. A particle of weight 0 names why in ``failure`` (``"no allowed token"``,
 ``"token limit"``, ``"check timed out ..."``, ``"schema check: ..."``, ...).
 
-**Guiding particles toward an ending.** A constraint's complete check often fails for
-long stretches (a molecule with open rings, a sentence short of its word count) while
-every prefix check passes, so local weights cannot tell a particle that can still end
-from one that has wandered off. ``end_twist`` (default 2) is an intermediate twist
-(LLaMPPL paper §2.2, "twisted" potentials): ψ(s) = exp(end_twist · 1_{C_F}(s)) on a live
-particle, so the weights carry ψ(s_t) / ψ(s_{t-1}) and a particle whose text could end
-now is favoured at resampling by the factor e^{end_twist}. Constraints that know the fewest
-tokens a passing completion still needs (``need``: the required final sentences of
-paragraphs) add −need_twist · need(s) to log ψ, so particles that write what is asked are
-kept over those that postpone it. The twist is undone when the
-particle ends (ψ = 1 on every final text), so the posterior and Z are unchanged; it costs
-one complete check per particle and step (memoised per text). A bare callable's complete
-check is its prefix check, so the twist is constant and skipped. (The last token of the
-budget is not drawn among the tokens that complete the text: proving that none does
-would check the whole vocabulary; the cut text is checked after the draw instead.)
+**Guiding particles toward an ending.** ``end_twist``, ``need_twist``: twists (LLaMPPL §2.2)
+log ψ(s) = end_twist · 1_{C_F}(s) − need_twist · ``Constraint.need``(s) on live particles,
+undone at the end (posterior and Z unchanged); docs/programs/costly_constraints.md.
 
 **Time bound.** Every check runs under ``check_timeout`` seconds
 (:mod:`llamppl.decoding.time_bound`); a check that exceeds it gives its particle
@@ -88,11 +76,9 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from llamppl.context import LMContext
 from llamppl.decoding.constraints import (
-    AllOf,
     Constraint,
     ConstraintFailure,
     PredicateConstraint,
@@ -106,43 +92,26 @@ from llamppl.decoding.time_bound import (
     time_bound,
 )
 from llamppl.lm.base import LanguageModel
-from llamppl.lm.memo import lm_table
 from llamppl.modeling import Model
 from llamppl.rng import current_rng
 from llamppl.validation import check_positive_int, real_number
 
-from .constrained_tokens import DrawnToken, MaskedNextToken, mask_round, masked_round
+from .constrained_tokens import (
+    DrawnToken,
+    MaskedNextToken,
+    end_token_ids,
+    is_text_state,
+    mask_round,
+    masked_round,
+    one_of,
+    split_costly,
+)
 
 __all__ = ["HardConstraint", "PROPOSALS", "STOPS", "TRUNCATED"]
 
 PROPOSALS = ("auto", "mask", "lazy", "sample")
 STOPS = ("eos", "newline")
 TRUNCATED = ("check", "drop", "keep")
-
-
-def end_token_ids(lm: LanguageModel, stop: str) -> tuple[int, ...]:
-    """The tokens that end a text: EOS, and with ``stop="newline"`` every token containing a newline."""
-    eos = set(lm.eos_token_ids)
-    if stop == "eos":
-        return tuple(sorted(eos))
-    newline = lm_table(
-        lm, "newline_tokens", lambda lm: [i for i, t in enumerate(lm.vocab) if "\n" in t]
-    )
-    return tuple(sorted(eos | set(newline)))
-
-
-def _text_state(state: object) -> bool:
-    """Whether a constraint state is text (or a tuple of texts, ``&`` of text constraints),
-    which ``advance`` extends without touching the original (grammar matchers are stateful)."""
-    return isinstance(state, str) or (
-        isinstance(state, tuple) and all(isinstance(s, str) for s in state)
-    )
-
-
-def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-    return value  # type: ignore[return-value]
 
 
 class HardConstraint(Model):
@@ -217,9 +186,9 @@ class HardConstraint(Model):
         need_twist: float = 0.5,
     ) -> None:
         super().__init__()
-        _choice("proposal", proposal, PROPOSALS)
-        self.stop = _choice("stop", stop, STOPS)
-        self.truncated = _choice("truncated", truncated, TRUNCATED)
+        one_of("proposal", proposal, PROPOSALS)
+        self.stop = one_of("stop", stop, STOPS)
+        self.truncated = one_of("truncated", truncated, TRUNCATED)
         if not isinstance(fast_forward, bool):
             raise TypeError(f"fast_forward must be a bool, got {type(fast_forward).__name__}")
         self.constraint = as_constraint(predicate)
@@ -337,18 +306,6 @@ class HardConstraint(Model):
         super().finish()
 
     # ------------------------------------------------------------ the lazy draw
-    def _costly(self) -> tuple[tuple[int, ...] | None, Callable[[Any, int], bool]]:
-        """The cheap parts to mask with (None: none) and the check of the others."""
-        c, lm = self.constraint, self.context.lm
-        if isinstance(c, AllOf) and c.cheap_parts and c.costly_parts:
-            costly = c.costly_parts
-
-            def allows(state: Any, w: int) -> bool:
-                return all(c.parts[i].allows(lm, state[i], w) for i in costly)
-
-            return c.cheap_parts, allows
-        return None, lambda state, w: c.allows(lm, state, w)
-
     async def _lazy_draw(self, only_end: bool, ahead=None, left=None) -> DrawnToken | None:
         """Adaptive weighted rejection (:func:`~llamppl.decoding.lazy_proposal.awrs`) on this
         particle's row, its candidates read with every particle's of the round.
@@ -361,7 +318,7 @@ class HardConstraint(Model):
         ctx, lm, c = self.context, self.context.lm, self.constraint
         log_probs = ahead if ahead is not None else await ctx.next_token_logprobs()  # (V,)
         row = log_probs
-        cheap, costly_allows = self._costly()
+        cheap, costly_allows = split_costly(lm, c)
         mask = None
         if cheap is not None:
             mask = await mask_round(lm, c, self.state, cheap)  # (V,) bool, EOS refined below
@@ -386,7 +343,7 @@ class HardConstraint(Model):
             self.checks += 1
             if not costly_allows(state, w):
                 return False
-            if left is None or not _text_state(state):  # only text states advance purely
+            if left is None or not is_text_state(state):  # only text states advance purely
                 return True
             return c.reachable(lm, c.advance(lm, state, w), left - 1)
 
