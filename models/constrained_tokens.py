@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -38,6 +38,8 @@ __all__ = [
     "is_text_state",
     "one_of",
     "split_costly",
+    "allowed_hints",
+    "token_check",
 ]
 
 
@@ -228,3 +230,59 @@ def split_costly(
 
         return c.cheap_parts, allows
     return None, lambda state, w: c.allows(lm, state, w)
+
+
+def allowed_hints(
+    constraint: Constraint,
+    lm: LanguageModel,
+    state: Any,
+    row: torch.Tensor,
+    allowed: Callable[[int], bool],
+    end_ids: Sequence[int],
+    on: bool = True,
+) -> tuple[list[tuple[int, float]], set[int]]:
+    """The constraint's hints (:meth:`~llamppl.decoding.constraints.Constraint.hint`) of
+    positive probability in ``row`` that ``allowed`` accepts, with their log-probabilities,
+    and the set of hints checked (end tokens are never hints); none unless ``on``."""
+    out: list[tuple[int, float]] = []
+    checked: set[int] = set()
+    for h in constraint.hint(lm, state) if on else ():
+        if h not in end_ids and h not in checked and float(row[h]) > -math.inf:
+            checked.add(h)
+            if allowed(h):
+                out.append((h, float(row[h])))
+    return out, checked
+
+
+def token_check(
+    constraint: Constraint,
+    lm: LanguageModel,
+    state: Any,
+    end_ids: Sequence[int],
+    only_end: bool,
+    left: int | None,
+    counted: Callable[[], None],
+) -> Callable[[int], bool]:
+    """The lazy draw's check of one token after ``state``: an end token iff the complete
+    check passes (asked once), no other token when ``only_end``, else the costly parts'
+    check and, with ``left`` tokens in the budget, reachability in the ``left - 1`` after
+    it. ``counted()`` is called once per check made."""
+    _, costly_allows = split_costly(lm, constraint)
+    ends, end_ok = set(end_ids), []
+
+    def allowed(w: int) -> bool:
+        if w in ends:
+            if not end_ok:
+                counted()
+                end_ok.append(constraint.ends(lm, state))
+            return end_ok[0]
+        if only_end:
+            return False
+        counted()
+        if not costly_allows(state, w):
+            return False
+        if left is None or not is_text_state(state):  # only text states advance purely
+            return True
+        return constraint.reachable(lm, constraint.advance(lm, state, w), left - 1)
+
+    return allowed

@@ -53,14 +53,14 @@ passes. A particle of weight 0 names why in ``failure`` (``"no allowed token"``,
 **Guiding particles toward an ending.** ``end_twist``, ``need_twist``: twists (LLaMPPL §2.2)
 log ψ(s) = end_twist · 1_{C_F}(s) − need_twist · ``Constraint.need``(s) on live particles,
 undone at the end (posterior and Z unchanged); docs/programs/costly_constraints.md.
+``hint_prob``: the lazy draw's optional hints (class docstring).
 
 **Time bound.** Every check runs under ``check_timeout`` seconds
 (:mod:`llamppl.decoding.time_bound`); a check that exceeds it gives its particle
 weight 0 with the cause ``"check timed out"``, and the run goes on.
 
-The text a text constraint sees is the concatenation of ``lm.vocab[t]`` over the
-generated tokens (end token excluded), so appending token w appends exactly
-``lm.vocab[w]``::
+A text constraint sees the concatenation of ``lm.vocab[t]`` over the generated tokens
+(end token excluded)::
 
     from llamppl import CachedCausalLM, run
     from llamppl.inference import smc_steer
@@ -84,7 +84,7 @@ from llamppl.decoding.constraints import (
     PredicateConstraint,
     as_constraint,
 )
-from llamppl.decoding.lazy_proposal import awrs, next_candidates
+from llamppl.decoding.lazy_proposal import lazy_draw
 from llamppl.decoding.time_bound import (
     DEFAULT_CHECK_TIMEOUT,
     CheckTimeout,
@@ -99,12 +99,13 @@ from llamppl.validation import check_positive_int, real_number
 from .constrained_tokens import (
     DrawnToken,
     MaskedNextToken,
+    allowed_hints,
     end_token_ids,
-    is_text_state,
     mask_round,
     masked_round,
     one_of,
     split_costly,
+    token_check,
 )
 
 __all__ = ["HardConstraint", "PROPOSALS", "STOPS", "TRUNCATED"]
@@ -150,6 +151,12 @@ class HardConstraint(Model):
         completion still needs; :meth:`~llamppl.decoding.constraints.Constraint.need`) by
         which a live particle is disfavoured: particles that make progress on what the
         constraint asks (copying a required sentence) are kept. A twist too; 0 turns it off.
+    hint_prob : float
+        Probability, in [0, 1), with which the lazy proposal draws among the constraint's
+        allowed hints (:meth:`~llamppl.decoding.constraints.Constraint.hint`: the first
+        token of a word required at the position being written) when there are any; the
+        weight accounts for it exactly (:mod:`~llamppl.decoding.lazy_proposal`, "Hints").
+        0 (the default) turns hints off.
 
     Attributes
     ----------
@@ -159,8 +166,7 @@ class HardConstraint(Model):
     text : str
         The generated text as the constraint sees it (no end token).
     checks : int
-        Checks this particle (and its ancestors) made in lazy draws and sampling steps:
-        the lazy draw's rejections, its accepted token and its weight's extra check.
+        Checks this particle (and its ancestors) made in lazy draws and sampling steps.
     forced : int
         Tokens taken as forced tokens.
     failure : str | None
@@ -184,6 +190,7 @@ class HardConstraint(Model):
         fast_forward: bool = True,
         end_twist: float = 2.0,
         need_twist: float = 0.5,
+        hint_prob: float = 0.0,
     ) -> None:
         super().__init__()
         one_of("proposal", proposal, PROPOSALS)
@@ -209,6 +216,10 @@ class HardConstraint(Model):
         if not 0 <= need_twist < math.inf:
             raise ValueError(f"need_twist must be a finite number >= 0, got {need_twist!r}")
         self.need_twist = need_twist
+        hint_prob = real_number("hint_prob", hint_prob)
+        if not 0 <= hint_prob < 1:
+            raise ValueError(f"hint_prob must be in [0, 1), got {hint_prob!r}")
+        self.hint_prob = hint_prob
         self.context = LMContext(lm, prompt)
         self.end_ids = end_token_ids(lm, self.stop)
         self.state = self.constraint.start(lm)
@@ -275,6 +286,9 @@ class HardConstraint(Model):
             if drawn is None:
                 return
             token = int(await self.sample(ctx.next_token(), proposal=drawn))  # weight += log Ẑ
+            if self.weight == -math.inf:  # the hint mixture's rest branch found no token
+                self._die("no allowed token besides the hints")
+                return
         self._after(token, last)
 
     def _after(self, token: int, last: bool) -> None:
@@ -307,19 +321,15 @@ class HardConstraint(Model):
 
     # ------------------------------------------------------------ the lazy draw
     async def _lazy_draw(self, only_end: bool, ahead=None, left=None) -> DrawnToken | None:
-        """Adaptive weighted rejection (:func:`~llamppl.decoding.lazy_proposal.awrs`) on this
-        particle's row, its candidates read with every particle's of the round.
-
-        With ``left`` tokens in the budget, a drawn token is allowed only if the constraint
-        stays reachable in the ``left - 1`` tokens after it: a token after which every
-        completion fails is never proposed, so the draw's weight is the mass of the tokens
-        that can still succeed (the target is unchanged: a text that passes within the
-        budget has every prefix reachable, since ``reachable`` is sound)."""
+        """The lazy draw (:func:`~llamppl.decoding.lazy_proposal.lazy_draw`) on this row.
+        With ``left`` tokens in the budget, a token after which the constraint is out of
+        reach is never proposed (:func:`~.constrained_tokens.token_check`): the weight is
+        the mass of the tokens that can still succeed, and the target is unchanged (a text
+        that passes within the budget has every prefix reachable; ``reachable`` is sound)."""
         ctx, lm, c = self.context, self.context.lm, self.constraint
         log_probs = ahead if ahead is not None else await ctx.next_token_logprobs()  # (V,)
         row = log_probs
-        cheap, costly_allows = split_costly(lm, c)
-        mask = None
+        cheap, mask = split_costly(lm, c)[0], None
         if cheap is not None:
             mask = await mask_round(lm, c, self.state, cheap)  # (V,) bool, EOS refined below
         if left is not None:  # tokens after which the budget certainly fails are left out
@@ -328,31 +338,18 @@ class HardConstraint(Model):
                 mask = budget if mask is None else mask & budget
         if mask is not None:
             row = log_probs.masked_fill(~mask, -math.inf)
-        end_ok: bool | None = None
-        ends, state = set(self.end_ids), self.state
-
-        def allowed(w: int) -> bool:
-            nonlocal end_ok
-            if w in ends:
-                if end_ok is None:
-                    self.checks += 1
-                    end_ok = c.ends(lm, state)
-                return end_ok
-            if only_end:
-                return False
-            self.checks += 1
-            if not costly_allows(state, w):
-                return False
-            if left is None or not is_text_state(state):  # only text states advance purely
-                return True
-            return c.reachable(lm, c.advance(lm, state, w), left - 1)
-
-        candidates = await next_candidates(row, current_rng())
-        draw = awrs(candidates, allowed)
+        allowed = token_check(c, lm, self.state, self.end_ids, only_end, left, self._count_check)
+        on = self.hint_prob and not only_end
+        hints, checked = allowed_hints(c, lm, self.state, row, allowed, self.end_ids, on)
+        draw = await lazy_draw(
+            row, lambda w: w not in checked and allowed(w), current_rng(), hints, self.hint_prob
+        )
+        full = allowed if mask is None else (lambda w: bool(mask[w]) and allowed(w))
+        if draw.token is None and hints:  # the rest branch found A − H empty: weight 0 (a
+            return DrawnToken(lm, log_probs, (*hints[0], -math.inf), full)  # token, for replays)
         if draw.token is None:  # Z = 0 exactly: no token of positive probability is allowed
             self._die("token limit" if only_end else self._end_cause())
             return None
-        full = allowed if mask is None else (lambda w: bool(mask[w]) and allowed(w))
         return DrawnToken(lm, log_probs, (draw.token, draw.log_p, draw.log_weight), full)
 
     # ------------------------------------------------------------ forced tokens
@@ -382,6 +379,9 @@ class HardConstraint(Model):
         return ahead
 
     # ------------------------------------------------------------ outcomes
+    def _count_check(self) -> None:
+        self.checks += 1
+
     def _end_cause(self) -> str:
         return self.constraint.end_failure(self.context.lm, self.state) or "no allowed token"
 

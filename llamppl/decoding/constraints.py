@@ -35,6 +35,10 @@ enforces any of them and ``&`` composes any two:
     Optional: a sound lower bound on the tokens (end token included) any completion that
     passes still needs (default 0: unknown). It guides particles (``HardConstraint``'s
     ``need_twist``); it never changes the target.
+``c.hint(lm, state) -> tuple[int, ...]``
+    Optional: tokens that write what the constraint asks for next (the first token of a
+    word required at the position being written); default ``()``. A suggestion the lazy
+    proposal may draw with an exact weight; it never changes the target.
 ``c.budget_mask(lm, state, tokens_left) -> (V,) bool | None``
     Optional: a superset of the tokens ``w`` after which ``reachable(lm, state·w,
     tokens_left - 1)`` may hold (end tokens True), or None for "any token" (the default).
@@ -198,6 +202,13 @@ class Constraint:
         bound, 0 when unknown (the default). ``HardConstraint``'s ``need_twist`` reads it."""
         return 0
 
+    def hint(self, lm: LanguageModel, state: Any) -> tuple[int, ...]:
+        """Tokens that write what the constraint asks for next (the first token of a required
+        word when it is due), or ``()`` (the default). A suggestion, never a restriction:
+        ``HardConstraint``'s lazy proposal draws among the allowed ones with probability
+        ``hint_prob`` and weights the draw exactly (``models/hard_constraints.py``)."""
+        return ()
+
     def budget_mask(self, lm: LanguageModel, state: Any, tokens_left: int) -> torch.Tensor | None:
         """``(V,)`` bool: a superset of the tokens after which the constraint stays reachable in
         ``tokens_left - 1`` tokens (end tokens True); None: every token may be (the default)."""
@@ -329,6 +340,10 @@ class AllOf(Constraint):
     def need(self, lm: LanguageModel, state: tuple) -> int:
         """The largest part's need (a completion must satisfy every part)."""
         return max(p.need(lm, s) for p, s in zip(self.parts, state))
+
+    def hint(self, lm: LanguageModel, state: tuple) -> tuple[int, ...]:
+        """Every part's hints, in order, once each."""
+        return tuple(dict.fromkeys(h for p, s in zip(self.parts, state) for h in p.hint(lm, s)))
 
     def budget_mask(self, lm: LanguageModel, state: tuple, tokens_left: int) -> torch.Tensor | None:
         """The AND of the parts' budget masks (None when no part restricts)."""

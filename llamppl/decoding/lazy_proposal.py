@@ -48,6 +48,15 @@ unseen mass: the stopping rule keeps u_m at most 5 % of the known allowed mass u
 eight extra checks did not get there, so the weight's relative error is a few percent
 when the LM puts its mass on few tokens, at one to a few extra checks per step.
 
+**Hints.** A constraint may name tokens that write what it asks for next
+(``Constraint.hint``: the first token of a required word when it is due), which the LM
+alone may rarely propose. :func:`lazy_draw` mixes them in exactly: with H the allowed
+hints (checked first), P_H = Σ_{h∈H} p(h) and β = ``hint_prob`` < 1, it draws h ∝ p(h)
+on H with weight P_H / β with probability β, and otherwise runs AWRS for A − H (the
+hints count as rejected) with weight Ẑ_rest / (1 − β). For any f,
+E[w f(a)] = β Σ_{h∈H} (p(h) / P_H)(P_H / β) f(h) + (1 − β) E[Ẑ_rest f(a)] / (1 − β)
+= Σ_{w∈A} p(w) f(w): properly weighted again (β = 1 would lose A − H).
+
 **Batched.** :func:`top_candidates` perturbs the ``(B, V)`` log-probs of every
 particle of a step with Gumbel noise in one tensor operation and returns each
 row's first ``k`` tokens in key order with their log-probs, in ONE host read; only
@@ -77,6 +86,7 @@ __all__ = [
     "Candidates",
     "LazyDraw",
     "awrs",
+    "lazy_draw",
     "next_candidates",
     "top_candidates",
 ]
@@ -268,3 +278,26 @@ async def next_candidates(row: torch.Tensor, rng: np.random.Generator) -> Candid
     """This particle's candidates for a lazy draw from ``row`` (``(V,)`` log-probs); the
     requests of all particles awaiting at once are served in one batched pass."""
     return await _coalescer().submit((row, rng))
+
+
+async def lazy_draw(
+    row: torch.Tensor,
+    allowed: Callable[[int], bool],
+    rng: np.random.Generator,
+    hints: list[tuple[int, float]] | None = None,
+    hint_prob: float = 0.0,
+) -> LazyDraw:
+    """One lazy draw from ``row`` (``(V,)`` log-probs): :func:`awrs`, or with ``hints``
+    (allowed tokens and their log-probs, once each) the hint mixture of the module
+    docstring, its branch's probability folded into ``log_weight``. ``hint_prob`` in [0, 1)."""
+    if not hints or not hint_prob:
+        return awrs(await next_candidates(row, rng), allowed)
+    lps = np.array([lp for _, lp in hints])
+    log_mass = float(np.logaddexp.reduce(lps))  # log P_H
+    if rng.random() < hint_prob:  # the hint branch: h ∝ p(h) on H, weight P_H / β
+        probs = np.exp(lps - log_mass)
+        h, lp_h = hints[int(rng.choice(len(hints), p=probs / probs.sum()))]
+        return LazyDraw(h, log_mass - math.log(hint_prob), lp_h, 0)
+    hinted = {h for h, _ in hints}
+    draw = awrs(await next_candidates(row, rng), lambda w: w not in hinted and allowed(w))
+    return LazyDraw(draw.token, draw.log_weight - math.log1p(-hint_prob), draw.log_p, draw.calls)

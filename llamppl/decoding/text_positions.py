@@ -20,7 +20,7 @@ from . import text_units as tu
 from .text_budget import layout_facts
 from .text_paragraphs import Paragraphs
 from .text_prefix import Analysis
-from .text_spelling import can_share, ids_mask, overlap_need, spelling
+from .text_spelling import can_share, first_tokens, ids_mask, overlap_need, spelling
 from .text_structure_base import (
     TextStructure,
     check_level,
@@ -56,6 +56,7 @@ class UnitsAt(TextStructure):
             if not is_integer(i):
                 raise TypeError(f"positions keys must be integers, got {i!r}")
         self.positions = {i: target_key(t, "positions values") for i, t in positions.items()}
+        self.spelled = {i: t.strip() for i, t in positions.items()}  # as given, for hints
 
     def prefix_ok(self, text: str, view: Any) -> bool:
         for i, target in self.positions.items():
@@ -112,6 +113,33 @@ class UnitsAt(TextStructure):
             return 0
         _, needs, _, add = found
         return sum(needs) if add else max([0, *needs])
+
+    def hint(self, lm: LanguageModel, state: str) -> tuple[int, ...]:
+        """The first token of the target word at the position being written, as given and
+        lower-cased: the rest of it while the word being written may still become it, else
+        (after a space, or after a finished word) the whole word. ``()`` when no target is
+        due or the prefix's words are not certain."""
+        if self.level != "word":
+            return ()
+        view = self.view_of(state)
+        if not view.exact:
+            return ()
+        at, word = len(view.flat) + len(view.open_flat), view.open_word
+        if word is not None and at in self.positions and word.may_become(self.positions[at]):
+            done = len(word.letters)
+            rest = first_tokens(lm, [t[done:] for t in self._spellings(at)])
+            if rest:
+                return rest
+        if word is not None:
+            at, sep = at + 1, " "
+        else:
+            sep = "" if not state or state[-1].isspace() else " "
+        return first_tokens(lm, [sep + t for t in self._spellings(at)])
+
+    def _spellings(self, i: int) -> list[str]:
+        if i not in self.spelled:
+            return []
+        return list(dict.fromkeys([self.spelled[i], self.spelled[i].lower()]))
 
     def reachable(self, lm: LanguageModel, state: str, tokens_left: int) -> bool:
         """Every target word not yet certain needs its fewest spelling tokens (summed unless

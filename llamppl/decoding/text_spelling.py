@@ -37,6 +37,7 @@ __all__ = [
     "progress_mask",
     "ids_mask",
     "can_share",
+    "first_tokens",
 ]
 
 _PUNCT_THEN_MARK = re.compile(r"[^\w\s]*[.?!]")
@@ -308,3 +309,19 @@ def _share(pieces: _Pieces, words: tuple[str, ...]) -> bool:
                         return True
                     m = pattern.search(t, m.start() + 1)
     return False
+
+
+def first_tokens(lm: LanguageModel, strings: Sequence[str]) -> tuple[int, ...]:
+    """The first token of the LM's own tokenisation of each non-empty string, when that
+    token's text starts the string (a token that can begin writing it), once each."""
+    out: dict[int, None] = {}
+    for s in strings:
+        if not s:
+            continue
+        try:
+            ids = lm.encode(s)
+        except ValueError:  # a vocabulary that cannot spell it
+            continue
+        if ids and lm.vocab[ids[0]] and s.startswith(lm.vocab[ids[0]]):
+            out[int(ids[0])] = None
+    return tuple(out)
