@@ -28,7 +28,6 @@ from __future__ import annotations
 import inspect
 import math
 import os
-import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -36,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamppl.validation import is_integer, is_real
+
+from .observers import Progress
 
 __all__ = ["Job", "JobResult", "jobs_grid", "run_job", "run_many"]
 
@@ -262,7 +263,7 @@ def run_many(
     starting: dict[Any, int] = {}  # ref of a new worker's ready() -> slot (with a timeout only)
     deadline: dict[Any, float] = {}  # job ref -> time.monotonic() it must finish by
     next_job = 0
-    bar = _progress_bar(progress, len(jobs))
+    bar = Progress(progress, "run_many", unit="job", total=len(jobs))
 
     def start_worker(slot: int) -> None:
         workers[slot] = actor_cls.remote(lm_factory, threads)
@@ -287,9 +288,7 @@ def run_many(
             start_worker(slot)
 
     def tick() -> None:
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(failed=sum(r is not None and not r.ok for r in results))
+        bar.update(failed=sum(r is not None and not r.ok for r in results))
 
     try:
         for slot in range(n_workers):
@@ -328,8 +327,7 @@ def run_many(
                 tick()
                 submit(slot)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
         for w in workers:
             ray.kill(w)
     return results  # type: ignore[return-value]
@@ -346,13 +344,3 @@ def _check_timeout(timeout: float | None) -> float | None:
             f"timeout must be a positive finite number of seconds or None, got {timeout!r}"
         )
     return float(timeout)
-
-
-def _progress_bar(enabled: bool | None, total: int) -> Any:
-    if enabled is None:
-        enabled = sys.stderr.isatty() and os.environ.get("LLAMPPL_PROGRESS", "1") != "0"
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="run_many", unit="job")

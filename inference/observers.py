@@ -31,16 +31,19 @@ class History:
 
 
 class Progress:
-    """tqdm bar over inference steps; on when stderr is a TTY (or ``enabled=True``), off with LLAMPPL_PROGRESS=0."""
+    """tqdm bar over inference steps (or jobs: ``unit``, ``total``); on when stderr is a TTY
+    (or ``enabled=True``), off with LLAMPPL_PROGRESS=0. The one place that reads it."""
 
-    def __init__(self, enabled: bool | None, desc: str, unit: str = "step") -> None:
+    def __init__(
+        self, enabled: bool | None, desc: str, unit: str = "step", total: int | None = None
+    ) -> None:
         if enabled is None:
             enabled = sys.stderr.isatty() and os.environ.get("LLAMPPL_PROGRESS", "1") != "0"
         self.bar = None
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(desc=desc, unit=unit, leave=True)
+            self.bar = tqdm(desc=desc, unit=unit, total=total, leave=True)
 
     def update(self, **postfix: object) -> None:
         if self.bar is not None:
@@ -54,3 +57,9 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

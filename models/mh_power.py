@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from llamppl.inference.observers import Progress
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng
 from llamppl.row_sampling import sample_index
@@ -107,6 +108,7 @@ async def mh_power_sampling(
     max_tokens: int = 2048,
     seed: int | np.random.Generator | None = None,
     keep_trace: bool = False,
+    progress: bool | None = None,
 ) -> MHPowerResult:
     """Run one MH power-sampling chain (Karan & Du 2025; see the module docstring).
 
@@ -127,6 +129,9 @@ async def mh_power_sampling(
         Fixes the chain.
     keep_trace : bool
         Record the state after every move of the last block (for diagnostics/tests).
+    progress : bool | None
+        tqdm bar over blocks (with the acceptance rate so far); default on when stderr is
+        a terminal.
     """
     alpha = check_alpha(alpha)
     max_tokens = check_positive_int("max_tokens", max_tokens)
@@ -147,43 +152,45 @@ async def mh_power_sampling(
     accepted = proposed = proposal_tokens = sampled = 0
     trace: list[tuple[int, ...]] | None = [] if keep_trace else None
     k = 0
-    while True:
-        ended = bool(y.tokens) and y.tokens[-1] in eos
-        if ended:
-            k = len(bounds) - 1  # cannot grow any more: go to the last block
-        limit = bounds[k]
-        if not ended and len(y.tokens) < limit:  # block extension from the proposal
-            ext = await _draw(lm, context, y.tokens, limit, alpha, rng)
-            sampled += len(ext.tokens)
-            y.tokens += ext.tokens
-            y.lp += ext.lp
-            y.lq += ext.lq
-        last = k == len(bounds) - 1
-        for _ in range(moves):
-            n = len(y.tokens)
-            i = int(rng.integers(n))  # edit index, uniform over the current y
-            new = await _draw(lm, context, y.tokens[:i], limit, alpha, rng)
-            sampled += len(new.tokens)
-            proposal_tokens += len(new.tokens)
-            n_new = i + len(new.tokens)
-            # log A = log [p(y')^α q(y_{i:}) / |y'|] − log [p(y)^α q(y'_{i:}) / |y|]
-            log_ratio = (
-                alpha * (math.fsum(new.lp) - math.fsum(y.lp[i:]))
-                + (math.fsum(y.lq[i:]) - math.fsum(new.lq))
-                + math.log(n)
-                - math.log(n_new)
-            )
-            proposed += 1
-            if rng.random() < math.exp(min(log_ratio, 0.0)):
-                accepted += 1
-                y.tokens = y.tokens[:i] + new.tokens
-                y.lp = y.lp[:i] + new.lp
-                y.lq = y.lq[:i] + new.lq
-            if last and trace is not None:
-                trace.append(tuple(y.tokens))
-        if last:
-            break
-        k += 1
+    with Progress(progress, "mh_power_sampling", unit="block", total=len(bounds)) as bar:
+        while True:
+            ended = bool(y.tokens) and y.tokens[-1] in eos
+            if ended:
+                k = len(bounds) - 1  # cannot grow any more: go to the last block
+            limit = bounds[k]
+            if not ended and len(y.tokens) < limit:  # block extension from the proposal
+                ext = await _draw(lm, context, y.tokens, limit, alpha, rng)
+                sampled += len(ext.tokens)
+                y.tokens += ext.tokens
+                y.lp += ext.lp
+                y.lq += ext.lq
+            last = k == len(bounds) - 1
+            for _ in range(moves):
+                n = len(y.tokens)
+                i = int(rng.integers(n))  # edit index, uniform over the current y
+                new = await _draw(lm, context, y.tokens[:i], limit, alpha, rng)
+                sampled += len(new.tokens)
+                proposal_tokens += len(new.tokens)
+                n_new = i + len(new.tokens)
+                # log A = log [p(y')^α q(y_{i:}) / |y'|] − log [p(y)^α q(y'_{i:}) / |y|]
+                log_ratio = (
+                    alpha * (math.fsum(new.lp) - math.fsum(y.lp[i:]))
+                    + (math.fsum(y.lq[i:]) - math.fsum(new.lq))
+                    + math.log(n)
+                    - math.log(n_new)
+                )
+                proposed += 1
+                if rng.random() < math.exp(min(log_ratio, 0.0)):
+                    accepted += 1
+                    y.tokens = y.tokens[:i] + new.tokens
+                    y.lp = y.lp[:i] + new.lp
+                    y.lq = y.lq[:i] + new.lq
+                if last and trace is not None:
+                    trace.append(tuple(y.tokens))
+            bar.update(accept=f"{accepted / proposed:.2f}" if proposed else "-")
+            if last:
+                break
+            k += 1
     out = Generation.from_tokens(lm, y.tokens, math.fsum(y.lp))
     return MHPowerResult(
         out.tokens,

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from llamppl.context import LMContext
+from llamppl.inference.observers import Progress
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng, using_rng
 from llamppl.validation import check_finite, check_positive_int
@@ -151,6 +152,7 @@ async def specs(
     tau: float = 0.8,
     max_tokens: int = 256,
     seed: int | np.random.Generator | None = None,
+    progress: bool | None = None,
 ) -> SpecsResult:
     """SPECS (Algorithm 1) with SUBSAMPLE (Algorithm 2) and dynamic switching.
 
@@ -193,6 +195,9 @@ async def specs(
     seed : int | numpy.random.Generator | None
         Randomness of the candidates and of SUBSAMPLE; installed as ``current_rng()``
         while the reward runs.
+    progress : bool | None
+        tqdm bar over blocks (the chosen block's reward, the generator in use); default on
+        when stderr is a terminal.
     """
     target = check_lm("target", target)
     draft = check_lm("draft", draft)
@@ -220,7 +225,8 @@ async def specs(
     generated: list[int] = []
     out = SpecsResult("", [], math.nan)
     drafting = False  # π_gen = π_draft? (Algorithm 1 line 4: start with the target)
-    with using_rng(rng):
+    total = math.ceil(max_tokens / block)
+    with using_rng(rng), Progress(progress, "specs", unit="block", total=total) as bar:
         while True:
             gen = draft if drafting else target
             length = min(block, max_tokens - len(generated))
@@ -255,6 +261,7 @@ async def specs(
             out.target_forwards += score_work
             out.reward = rewards[chosen]
             drafting = drafting or switch
+            bar.update(reward=f"{out.reward:.3g}", generator="draft" if drafting else "target")
             if generated[-1] in target.eos_token_ids or len(generated) >= max_tokens:
                 break
     out.tokens, out.text = generated, answer_text(target, generated)
@@ -271,6 +278,7 @@ async def beam_search(
     max_tokens: int = 256,
     seed: int | np.random.Generator | None = None,
     expansions: int | None = None,
+    progress: bool | None = None,
 ) -> BeamSearchResult:
     """Block-wise beam search with a process reward (the BS-B / BS-S baseline of SPECS §4).
 
@@ -286,7 +294,8 @@ async def beam_search(
     finished beams come last). Stops when every kept beam has ended (EOS or
     ``max_tokens``) and returns the highest-reward one.
 
-    ``reward`` is as in :func:`specs`; ``seed`` fixes the sampled blocks.
+    ``reward`` is as in :func:`specs`; ``seed`` fixes the sampled blocks; ``progress``
+    shows a tqdm bar over iterations (default: on when stderr is a terminal).
     """
     lm = check_lm("lm", lm)
     reward = check_reward(reward)
@@ -304,7 +313,8 @@ async def beam_search(
 
     beams: list[tuple[list[int], float]] = [([], -math.inf)] * beam_width
     out = BeamSearchResult("", [], math.nan)
-    with using_rng(rng):
+    total = math.ceil(max_tokens / block)
+    with using_rng(rng), Progress(progress, "beam_search", unit="block", total=total) as bar:
         while not all(ended(b) for b, _ in beams):
             live = [b for b, _ in beams if not ended(b)]
             work = lm.stats.forward_calls
@@ -317,6 +327,7 @@ async def beam_search(
             order = sorted(range(len(pool)), key=lambda i: -pool[i][1])[:beam_width]
             beams = [pool[i] for i in order]
             out.steps.append(BeamStep([r for _, r in pool], order, forwards))
+            bar.update(best=f"{beams[0][1]:.3g}")
             out.forwards += forwards
             out.tokens_drawn += sum(
                 len(c) - len(live[0]) for c in candidates

@@ -94,10 +94,12 @@ def serial(jobs: list[Job], lm) -> list:
         torch.set_num_threads(threads)
 
 
-def test_function_lm_jobs_equal_serial_and_failures_stay_per_job(ray_cluster):
+def test_function_lm_jobs_equal_serial_and_failures_stay_per_job(ray_cluster, capsys):
     jobs = jobs_grid(AtMostOneB, ["a", "x", "ab"], seeds=[0, 1, 2], n_particles=8)
     jobs.append(Job(AtMostOneB, ("c",), 5, "smc_steer", {"n_particles": 4, "n_beam": 2}))
-    got = run_many(jobs, toy_lm, n_workers=2)
+    got = run_many(jobs, toy_lm, n_workers=2, progress=True)
+    bar = capsys.readouterr().err  # the shared Progress bar, counting jobs and failures
+    assert "run_many" in bar and "10/10" in bar and "failed=3" in bar
     want = serial(jobs, toy_lm())
     assert [r.index for r in got] == list(range(len(jobs)))
     assert len({r.worker for r in got}) == 2  # both workers used, each kept its one LM

@@ -44,9 +44,10 @@ def test_zero_moves_is_low_temperature_decoding():
         assert mh.n_moves == 0 and math.isnan(mh.acceptance_rate)
 
 
-def test_output_and_counters():
+def test_output_and_counters(capsys):
     a = run(mh_power_sampling(TOY, TOY_PROMPT, ALPHA, 2, 3, TOY_MAX, seed=11))
-    b = run(mh_power_sampling(TOY, TOY_PROMPT, ALPHA, 2, 3, TOY_MAX, seed=11))
+    b = run(mh_power_sampling(TOY, TOY_PROMPT, ALPHA, 2, 3, TOY_MAX, seed=11, progress=True))
+    assert "mh_power_sampling" in capsys.readouterr().err  # the bar does not change the chain
     assert a.tokens == b.tokens and a.acceptance_rate == b.acceptance_rate
     assert 1 <= len(a.tokens) <= TOY_MAX
     assert a.log_likelihood == pytest.approx(TOY.sequence_logprob(TOY_PROMPT, a.tokens), abs=1e-12)

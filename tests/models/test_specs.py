@@ -185,9 +185,13 @@ def test_switch_rule_is_algorithm_1_lines_9_10():
     assert out.tokens == prefix[len(PROMPT) :] and len(out.tokens) == 5
 
 
-def test_high_tau_never_drafts():
+def test_high_tau_never_drafts(capsys):
     target, draft = _never_eos(0.0), _never_eos(1.0)
-    out = run(specs(target, draft, lambda p, t: 1.0, PROMPT, 4, 2, 1.0, 1.0, 6, seed=1))
+    out = run(
+        specs(target, draft, lambda p, t: 1.0, PROMPT, 4, 2, 1.0, 1.0, 6, seed=1, progress=True)
+    )
+    bar = capsys.readouterr().err
+    assert "specs" in bar and "3/3" in bar and "generator=target" in bar
     assert [s.generator for s in out.steps] == ["target"] * 3
     assert draft.batch_calls == 0 and out.draft_forwards == 0
 
@@ -262,11 +266,13 @@ def test_bad_input(kw, err, name):
 
 
 # ---------------------------------------------------------------------------- beam search
-def test_beam_search_keeps_top_rewards():
+def test_beam_search_keeps_top_rewards(capsys):
     lm = _never_eos(0.0)
     reward = lambda p, t: t.count("a") - 0.5 * t.count("x")  # noqa: E731
     out = run(beam_search(lm, reward, PROMPT, beam_width=2, block=1, max_tokens=3, seed=0,
-                          expansions=3))  # fmt: skip
+                          expansions=3, progress=True))  # fmt: skip
+    bar = capsys.readouterr().err
+    assert "beam_search" in bar and "3/3" in bar and "best=" in bar
     assert len(out.steps) == 3
     for step in out.steps:
         assert len(step.rewards) == 6  # two beams (two empty ones at first), expanded 3 times
