@@ -247,10 +247,13 @@ def allowed_hints(
     out: list[tuple[int, float]] = []
     checked: set[int] = set()
     for h in constraint.hint(lm, state) if on else ():
-        if h not in end_ids and h not in checked and float(row[h]) > -math.inf:
+        if h in end_ids or h in checked:
+            continue
+        lp = float(row[h])  # one host read per hint (a handful, only with hints on)
+        if lp > -math.inf:
             checked.add(h)
             if allowed(h):
-                out.append((h, float(row[h])))
+                out.append((h, lp))
     return out, checked
 
 
@@ -258,16 +261,17 @@ def token_check(
     constraint: Constraint,
     lm: LanguageModel,
     state: Any,
+    costly_allows: Callable[[Any, int], bool],
     end_ids: Sequence[int],
     only_end: bool,
     left: int | None,
     counted: Callable[[], None],
 ) -> Callable[[int], bool]:
     """The lazy draw's check of one token after ``state``: an end token iff the complete
-    check passes (asked once), no other token when ``only_end``, else the costly parts'
-    check and, with ``left`` tokens in the budget, reachability in the ``left - 1`` after
-    it. ``counted()`` is called once per check made."""
-    _, costly_allows = split_costly(lm, constraint)
+    check passes (asked once), no other token when ``only_end``, else ``costly_allows``
+    (:func:`split_costly`'s check of the parts not masked) and, with ``left`` tokens in the
+    budget, reachability in the ``left - 1`` after it. ``counted()`` is called once per
+    check made."""
     ends, end_ok = set(end_ids), []
 
     def allowed(w: int) -> bool:

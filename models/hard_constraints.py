@@ -53,7 +53,6 @@ passes. A particle of weight 0 names why in ``failure`` (``"no allowed token"``,
 **Guiding particles toward an ending.** ``end_twist``, ``need_twist``: twists (LLaMPPL §2.2)
 log ψ(s) = end_twist · 1_{C_F}(s) − need_twist · ``Constraint.need``(s) on live particles,
 undone at the end (posterior and Z unchanged); docs/programs/costly_constraints.md.
-``hint_prob``: the lazy draw's optional hints (class docstring).
 
 **Time bound.** Every check runs under ``check_timeout`` seconds
 (:mod:`llamppl.decoding.time_bound`); a check that exceeds it gives its particle
@@ -329,7 +328,7 @@ class HardConstraint(Model):
         ctx, lm, c = self.context, self.context.lm, self.constraint
         log_probs = ahead if ahead is not None else await ctx.next_token_logprobs()  # (V,)
         row = log_probs
-        cheap, mask = split_costly(lm, c)[0], None
+        (cheap, costly_allows), mask = split_costly(lm, c), None
         if cheap is not None:
             mask = await mask_round(lm, c, self.state, cheap)  # (V,) bool, EOS refined below
         if left is not None:  # tokens after which the budget certainly fails are left out
@@ -338,7 +337,9 @@ class HardConstraint(Model):
                 mask = budget if mask is None else mask & budget
         if mask is not None:
             row = log_probs.masked_fill(~mask, -math.inf)
-        allowed = token_check(c, lm, self.state, self.end_ids, only_end, left, self._count_check)
+        allowed = token_check(
+            c, lm, self.state, costly_allows, self.end_ids, only_end, left, self._count_check
+        )
         on = self.hint_prob and not only_end
         hints, checked = allowed_hints(c, lm, self.state, row, allowed, self.end_ids, on)
         draw = await lazy_draw(
