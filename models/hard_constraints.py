@@ -50,9 +50,9 @@ cut ones, and Z is the probability that the LM's output (cut at ``max_tokens``)
 passes. A particle of weight 0 names why in ``failure`` (``"no allowed token"``,
 ``"token limit"``, ``"check timed out ..."``, ``"schema check: ..."``, ...).
 
-**Guiding particles toward an ending.** ``end_twist``, ``need_twist``: twists (LLaMPPL §2.2)
-log ψ(s) = end_twist · 1_{C_F}(s) − need_twist · ``Constraint.need``(s) on live particles,
-undone at the end (posterior and Z unchanged); docs/programs/costly_constraints.md.
+**Guiding particles toward an ending.** ``end_twist``, ``need_twist``, ``target_twist``:
+the twist of :mod:`.constraint_twists`, undone at the end (posterior and Z unchanged);
+docs/programs/costly_constraints.md.
 
 **Time bound.** Every check runs under ``check_timeout`` seconds
 (:mod:`llamppl.decoding.time_bound`); a check that exceeds it gives its particle
@@ -75,6 +75,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from llamppl.context import LMContext
 from llamppl.decoding.constraints import (
@@ -93,7 +94,7 @@ from llamppl.decoding.time_bound import (
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.rng import current_rng
-from llamppl.validation import check_positive_int, real_number
+from llamppl.validation import check_positive_int, check_unit_interval
 
 from .constrained_tokens import (
     DrawnToken,
@@ -106,6 +107,7 @@ from .constrained_tokens import (
     split_costly,
     token_check,
 )
+from .constraint_twists import Twists
 
 __all__ = ["HardConstraint", "PROPOSALS", "STOPS", "TRUNCATED"]
 
@@ -150,12 +152,19 @@ class HardConstraint(Model):
         completion still needs; :meth:`~llamppl.decoding.constraints.Constraint.need`) by
         which a live particle is disfavoured: particles that make progress on what the
         constraint asks (copying a required sentence) are kept. A twist too; 0 turns it off.
+    target_twist : float
+        Log-factor per given target the prefix has not yet certainly met
+        (:meth:`~llamppl.decoding.constraints.Constraint.missing`: a required word not yet
+        at its position, a paragraph's required last sentence not yet written) by which a
+        live particle is disfavoured, so the particle that pays the LM's price for writing
+        a required word is not outweighed by those that put it off. A twist too; the default
+        8 is about what a required word costs SmolLM2 at its position; 0 turns it off.
     hint_prob : float
         Probability, in [0, 1), with which the lazy proposal draws among the constraint's
         allowed hints (:meth:`~llamppl.decoding.constraints.Constraint.hint`: the first
         token of a word required at the position being written) when there are any; the
         weight accounts for it exactly (:mod:`~llamppl.decoding.lazy_proposal`, "Hints").
-        0 (the default) turns hints off.
+        0 turns hints off; constraints without hints are unaffected.
 
     Attributes
     ----------
@@ -189,7 +198,8 @@ class HardConstraint(Model):
         fast_forward: bool = True,
         end_twist: float = 2.0,
         need_twist: float = 0.5,
-        hint_prob: float = 0.0,
+        target_twist: float = 8.0,
+        hint_prob: float = 0.5,
     ) -> None:
         super().__init__()
         one_of("proposal", proposal, PROPOSALS)
@@ -206,19 +216,12 @@ class HardConstraint(Model):
             proposal = "mask" if self.constraint.cheap_mask else "lazy"
         self.proposal = proposal
         self.fast_forward = fast_forward
-        end_twist = real_number("end_twist", end_twist)
-        if not 0 <= end_twist < math.inf:
-            raise ValueError(f"end_twist must be a finite number >= 0, got {end_twist!r}")
-        # a bare callable's complete check is its prefix check: the twist would be constant
-        self.end_twist = 0.0 if type(self.constraint) is PredicateConstraint else end_twist
-        need_twist = real_number("need_twist", need_twist)
-        if not 0 <= need_twist < math.inf:
-            raise ValueError(f"need_twist must be a finite number >= 0, got {need_twist!r}")
-        self.need_twist = need_twist
-        hint_prob = real_number("hint_prob", hint_prob)
-        if not 0 <= hint_prob < 1:
-            raise ValueError(f"hint_prob must be in [0, 1), got {hint_prob!r}")
-        self.hint_prob = hint_prob
+        self.twists = Twists.checked(end_twist, need_twist, target_twist)
+        if type(self.constraint) is PredicateConstraint:  # complete check = prefix check:
+            self.twists = replace(self.twists, end=0.0)  # the end twist would be constant
+        self.hint_prob = check_unit_interval(
+            "hint_prob", hint_prob, open_left=False, open_right=True
+        )
         self.context = LMContext(lm, prompt)
         self.end_ids = end_token_ids(lm, self.stop)
         self.state = self.constraint.start(lm)
@@ -303,12 +306,8 @@ class HardConstraint(Model):
                 return
             self.finish()
             return
-        level = 0.0  # log ψ(s) = end_twist · 1_{C_F}(s) − need_twist · need(s) (module docstring)
-        if self.end_twist:
-            self.checks += 1
-            level += self.end_twist if self.constraint.ends(lm, self.state) else 0.0
-        if self.need_twist:
-            level -= self.need_twist * self.constraint.need(lm, self.state)
+        level, checks = self.twists.log_psi(self.constraint, lm, self.state)
+        self.checks += checks
         if level != self.twist_amount:
             self.twist(level - self.twist_amount)
 

@@ -35,10 +35,16 @@ enforces any of them and ``&`` composes any two:
     Optional: a sound lower bound on the tokens (end token included) any completion that
     passes still needs (default 0: unknown). It guides particles (``HardConstraint``'s
     ``need_twist``); it never changes the target.
+``c.missing(lm, state) -> int``
+    Optional: how many of the constraint's given targets (a word at a position, the last
+    sentence of a paragraph, a sentence a count's floor still lacks) the prefix has not yet
+    certainly met (default 0: none named). It guides particles (``HardConstraint``'s
+    ``target_twist``); it never changes the target.
 ``c.hint(lm, state) -> tuple[int, ...]``
     Optional: tokens that write what the constraint asks for next (the first token of a
-    word required at the position being written); default ``()``. A suggestion the lazy
-    proposal may draw with an exact weight; it never changes the target.
+    word required at the position being written, the next token of a paragraph's required
+    last sentence); default ``()``. A suggestion the lazy proposal may draw with an exact
+    weight; it never changes the target.
 ``c.budget_mask(lm, state, tokens_left) -> (V,) bool | None``
     Optional: a superset of the tokens ``w`` after which ``reachable(lm, state·w,
     tokens_left - 1)`` may hold (end tokens True), or None for "any token" (the default).
@@ -202,6 +208,11 @@ class Constraint:
         bound, 0 when unknown (the default). ``HardConstraint``'s ``need_twist`` reads it."""
         return 0
 
+    def missing(self, lm: LanguageModel, state: Any) -> int:
+        """How many given targets the prefix has not yet certainly met (0 when the constraint
+        names none, the default). ``HardConstraint``'s ``target_twist`` reads it."""
+        return 0
+
     def hint(self, lm: LanguageModel, state: Any) -> tuple[int, ...]:
         """Tokens that write what the constraint asks for next (the first token of a required
         word when it is due), or ``()`` (the default). A suggestion, never a restriction:
@@ -340,6 +351,10 @@ class AllOf(Constraint):
     def need(self, lm: LanguageModel, state: tuple) -> int:
         """The largest part's need (a completion must satisfy every part)."""
         return max(p.need(lm, s) for p, s in zip(self.parts, state))
+
+    def missing(self, lm: LanguageModel, state: tuple) -> int:
+        """The parts' missed targets, summed (each part names its own)."""
+        return sum(p.missing(lm, s) for p, s in zip(self.parts, state))
 
     def hint(self, lm: LanguageModel, state: tuple) -> tuple[int, ...]:
         """Every part's hints, in order, once each."""

@@ -170,6 +170,15 @@ class UnitCount(TextStructure):
             upper, per_token = len(view.final) + 1, grow.newlines
         return self.bounds.lo - upper <= tokens_left * per_token
 
+    def missing(self, lm: LanguageModel, state: str) -> int:
+        """Certain sentences or paragraphs short of ``at_least``; word counts name no
+        targets (a twist per word would favour text that splits into many words)."""
+        if self.level == "word" or self.bounds.lo is None:
+            return 0
+        view = self.view_of(state)
+        done = len(view.sentences) if self.level == "sentence" else len(view.final)
+        return max(0, self.bounds.lo - done)
+
     def __repr__(self) -> str:
         return f"{self.level}_count({self.bounds!r})"
 

@@ -20,7 +20,14 @@ from . import text_units as tu
 from .text_budget import layout_facts
 from .text_paragraphs import Paragraphs
 from .text_prefix import Analysis
-from .text_spelling import can_share, first_tokens, ids_mask, overlap_need, spelling
+from .text_spelling import (
+    can_share,
+    first_tokens,
+    ids_mask,
+    may_start_sentence,
+    overlap_need,
+    spelling,
+)
 from .text_structure_base import (
     TextStructure,
     check_level,
@@ -114,6 +121,14 @@ class UnitsAt(TextStructure):
         _, needs, _, add = found
         return sum(needs) if add else max([0, *needs])
 
+    def missing(self, lm: LanguageModel, state: str) -> int:
+        """Targets whose unit is not yet certain (a certain unit that differs is a dead end
+        the prefix check refuses; negative positions count until the end)."""
+        view = self.view_of(state)
+        if self.level == "word":
+            return sum(i < 0 or view.word_at(i) is None for i in self.positions)
+        return sum(i < 0 or i >= len(view.sentences) for i in self.positions)
+
     def hint(self, lm: LanguageModel, state: str) -> tuple[int, ...]:
         """The first token of the target word at the position being written, as given and
         lower-cased: the rest of it while the word being written may still become it, else
@@ -197,6 +212,9 @@ class EachAt(TextStructure):
             else target_keys(targets, "targets")
         )
         self.view = "paragraph" if outer == "paragraph" else "sentence"
+        self.spelled = (  # as given, for hints
+            () if isinstance(targets, str) else tuple(t.strip() for t in targets)
+        )
 
     def _target(self, k: int) -> str | None:
         if isinstance(self.targets, str):
@@ -292,6 +310,40 @@ class EachAt(TextStructure):
 
     def budget_mask(self, lm: LanguageModel, state: str, tokens_left: int) -> torch.Tensor | None:
         return self._budget(lm, state, tokens_left)[1]
+
+    def missing(self, lm: LanguageModel, state: str) -> int:
+        """List targets whose outer unit is not yet certain (the prefix check has checked
+        every certain one); 0 for one target shared by every unit, which names no count."""
+        if isinstance(self.targets, str):
+            return 0
+        view = self.view_of(state)
+        done = len(view.sentences) if self.outer == "sentence" else len(view.final)
+        return max(0, len(self.targets) - done)
+
+    def hint(self, lm: LanguageModel, state: str) -> tuple[int, ...]:
+        """For the last sentence of each paragraph (list targets): the next token of the open
+        paragraph's target sentence while a copy of it is under way where a sentence may
+        start, the paragraph delimiter once it is written (not after the last target), and
+        its first token where a sentence may start once the paragraph holds its free
+        sentences (``min_inner - 1`` marks); ``()`` otherwise."""
+        if self.outer != "paragraph" or self.index != -1 or not self.spelled:
+            return ()
+        view = self.view_of(state)
+        k, text = len(view.final), view.open_text
+        if k >= len(self.spelled):
+            return ()
+        target = self.spelled[k]
+        for i in range(max(0, len(text) - len(target)), len(text)):  # longest copy first
+            if target.startswith(text[i:]) and may_start_sentence(text, i):
+                rest = target[len(text) - i :]
+                if rest:
+                    return first_tokens(lm, [rest])
+                last = k == len(self.spelled) - 1
+                return () if last else first_tokens(lm, [tu.PARAGRAPH_DELIMITER])
+        if count_marks(text) < self.min_inner - 1 or not may_start_sentence(text, len(text)):
+            return ()
+        sep = " " if text and not text[-1].isspace() else ""
+        return first_tokens(lm, [sep + target])
 
     def _paragraph_extra(
         self, lm: LanguageModel, view: Paragraphs, first: int, rest: Sequence[str]

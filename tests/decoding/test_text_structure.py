@@ -13,33 +13,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import math
 import random
-import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("nltk")
 
-ROOT = Path(__file__).resolve().parents[2]
+from text_programs import LM, brute, load_benchmark  # noqa: E402
 
+collie_judge = load_benchmark("collie_judge")  # points NLTK_DATA at the shared Punkt data first
+collie_translate = load_benchmark("collie_translate")
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-collie_judge = _load("collie_judge")  # points NLTK_DATA at the shared Punkt data first
-collie_translate = _load("collie_translate")
-
-from llamppl import FunctionLM, run  # noqa: E402
+from llamppl import run  # noqa: E402
 from llamppl.decoding.constraints import Constraint  # noqa: E402
 from llamppl.decoding.text_structure import (  # noqa: E402
     char_count,
@@ -56,7 +43,7 @@ from llamppl.decoding.text_structure import (  # noqa: E402
     words_at,
     words_per_sentence,
 )
-from llamppl.inference import enumerate_exact, importance_sampling  # noqa: E402
+from llamppl.inference import enumerate_exact  # noqa: E402
 from llamppl.models import HardConstraint  # noqa: E402
 
 needs_data = pytest.mark.skipif(
@@ -169,18 +156,6 @@ def test_composition_is_the_and_of_the_parts():
     assert not c.accepts_end("A cat sat.")
 
 
-VOCAB = ["He", " ran", ".", " ra", "n", " b", "<eos>"]
-EOS = len(VOCAB) - 1
-
-
-def _logits(ctx):
-    n, last = len(ctx), ctx[-1]
-    return [math.cos(1.1 * i + 0.5 * n + 0.3 * last) for i in range(EOS)] + [-1.0 + 0.5 * n]
-
-
-LM = FunctionLM(VOCAB, EOS, _logits)
-
-
 @pytest.mark.parametrize("constraint", [char_count(at_most=5), chars_at({1: "e", 3: "r"})])
 def test_character_masks_equal_the_per_token_check(constraint):
     for text in ["", "He", "He r", "He ran"]:
@@ -207,28 +182,6 @@ def test_bad_input_is_named(build, message):
 
 
 # ---------------------------------------------------------------------- 3. exact posteriors
-_BRUTE: dict[tuple[str, int], tuple[dict[str, float], float]] = {}
-
-
-def _brute(constraint, max_tokens):
-    """{text: P} and Z: token sequences of at most ``max_tokens`` (end token included) that
-    end with EOS, or are cut at ``max_tokens``, and whose text passes the complete check."""
-    if (repr(constraint), max_tokens) in _BRUTE:  # shared by the proposals' cases
-        return _BRUTE[repr(constraint), max_tokens]
-    weights: dict[str, float] = {}
-    for k in range(1, max_tokens + 1):
-        for seq in itertools.product(range(len(VOCAB)), repeat=k):
-            if EOS in seq[:-1] or (seq[-1] != EOS and k < max_tokens):
-                continue
-            text = "".join(VOCAB[t] for t in seq if t != EOS)
-            if constraint.accepts_end(text):
-                key = LM.decode(list(seq))
-                weights[key] = weights.get(key, 0.0) + math.exp(LM.sequence_logprob([0], seq))
-    z = sum(weights.values())
-    _BRUTE[repr(constraint), max_tokens] = ({key: w / z for key, w in weights.items()}, z)
-    return _BRUTE[repr(constraint), max_tokens]
-
-
 @pytest.mark.parametrize(
     "constraint",
     [
@@ -242,7 +195,7 @@ def _brute(constraint, max_tokens):
 @pytest.mark.parametrize("proposal", ["mask", "lazy", "sample"])
 def test_hard_constraint_posterior_is_exact(constraint, proposal):
     n = 3 if "sentence_count" in repr(constraint) else 4  # Punkt on every text is slower
-    target, z = _brute(constraint, n)
+    target, z = brute(constraint, n)
     exact = run(enumerate_exact(HardConstraint(LM, [0], constraint, proposal, n)))
     assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10)
     assert exact.posterior.keys() == target.keys()
@@ -279,49 +232,3 @@ def test_a_target_sentence_counts_only_where_a_sentence_may_start():
     assert find_spelled(sp, "he ran. ran") == len("he ran. ran")  # not the first "ran"
     assert find_spelled(sp, "he ran") is None
     assert find_spelled(spelling(LM, "ran"), "he ran") == len("he ran")
-
-
-def test_hints_name_the_required_word_when_it_is_due(smollm):
-    """``words_at``'s hint is the first token of the word due at the position being written
-    (as given or lower-cased; the rest of it while it is being written), allowed by the
-    constraint; none while another word is due or the words are not certain."""
-    lm = smollm
-    c = word_count(exactly=16) & words_at({3: "Frightful", 7: "immediate"})
-
-    def hints(text):
-        state = c.start(lm)
-        for t in lm.encode(text) if text else []:
-            state = c.advance(lm, state, t)
-        found = c.hint(lm, state)
-        assert all(c.allows(lm, state, h) for h in found)
-        return {lm.vocab[h] for h in found}
-
-    assert hints("The night was") == {
-        lm.vocab[lm.encode(w)[0]] for w in (" Frightful", " frightful")
-    }
-    assert hints("The night was ") == {
-        lm.vocab[lm.encode(w)[0]] for w in ("Frightful", "frightful")
-    }
-    assert hints("The night was fri") == {lm.vocab[lm.encode("ghtful")[0]]}
-    assert hints("The night was frightful and") == set()  # word 5 is free
-    assert hints("The night was frightful and it was") == {lm.vocab[lm.encode(" immediate")[0]]}
-    assert hints("") == set() and hints("1) Nu-rugu poly-fer") == set()  # not due / not certain
-
-
-def test_hinted_lazy_draws_keep_estimates_unbiased():
-    """With hints drawn half the time, E[Ẑ π̂(s)] = Z π(s) for every string within 4 standard
-    errors over 400 seeded importance-sampling runs (N = 4)."""
-    import numpy as np
-
-    constraint = word_count(exactly=2) & words_at({1: "ran"})
-    target, z = _brute(constraint, 4)
-    model = HardConstraint(LM, [0], constraint, "lazy", 4, hint_prob=0.5)
-    state = constraint.start(LM)
-    assert constraint.hint(LM, constraint.advance(LM, state, 0)) == (1,)  # "He" -> " ran"
-    runs = [run(importance_sampling(model, 4, seed=s)) for s in range(400)]
-    z_hats = np.array([math.exp(r.log_ml) for r in runs])
-    assert abs(z_hats.mean() - z) <= 4 * z_hats.std(ddof=1) / math.sqrt(len(runs))
-    for key, w in target.items():
-        est = np.array([math.exp(r.log_ml) * r.posterior.get(key, 0.0) for r in runs])
-        se = max(est.std(ddof=1), math.sqrt(z * w)) / math.sqrt(len(runs))
-        assert abs(est.mean() - z * w) <= 4 * se, (key, est.mean(), z * w)

@@ -239,14 +239,18 @@ def test_hints_are_drawn_with_exact_weights_and_estimates_stay_unbiased():
 
 
 def test_bad_options_are_named():
-    with pytest.raises(ValueError, match=r"hint_prob must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"hint_prob must lie in \[0, 1\)"):
         HardConstraint(LM, PROMPT, no_double_b, hint_prob=1.0)
-    with pytest.raises(ValueError, match=r"hint_prob must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match="hint_prob must be finite"):
         HardConstraint(LM, PROMPT, no_double_b, hint_prob=float("nan"))
     with pytest.raises(ValueError, match="end_twist must be a finite number >= 0"):
         HardConstraint(LM, PROMPT, no_double_b, end_twist=-1.0)
     with pytest.raises(ValueError, match="end_twist must be a finite number >= 0"):
         HardConstraint(LM, PROMPT, no_double_b, end_twist=float("nan"))
+    with pytest.raises(ValueError, match="target_twist must be a finite number >= 0"):
+        HardConstraint(LM, PROMPT, no_double_b, target_twist=-0.5)
+    with pytest.raises(TypeError, match="need_twist must be a real number"):
+        HardConstraint(LM, PROMPT, no_double_b, need_twist="1")
     with pytest.raises(ValueError, match="stop must be one of"):
         HardConstraint(LM, PROMPT, no_double_b, stop="period")
     with pytest.raises(ValueError, match="truncated must be one of"):
