@@ -13,11 +13,13 @@ checker (:mod:`collie_judge`, rebuilt from the JSON tree) grades the one text it
   instance's constraint (:func:`collie_translate.translate`), lazy proposal, a text drawn
   from the final weighted particles.
 
-With ``--plain-characters``, LCD and SMC add one constraint of the program's own beside
-COLLIE's (:class:`PlainCharacters`: ASCII letters, spaces, ``. , ; : ! ? '``, newlines only
-for paragraph constraints): the target is then the LM conditioned on both, still exact. Our constraint
+LCD and SMC add one constraint of the program's own beside COLLIE's
+(:class:`collie_program.PlainCharacters`: ASCII letters, spaces, ``. , ; : ! ? '`` with a
+space after a mark, the characters of the instance's targets, newlines only for paragraph
+constraints; ``--no-plain-characters`` drops it): the target is then the LM conditioned on both, still exact. SMC uses ``HardConstraint``'s
+default guidance (end, need and target twists, hints; docs/programs/collie.md). Our constraint
 objects only steer; the judge never sees them. ``max_tokens`` comes from the
-constraint (:func:`token_budget`), never from the prompt's id. Per structure and averaged
+constraint (:func:`collie_program.token_budget`), never from the prompt's id. Per structure and averaged
 over structures it reports satisfaction (with a 95 % interval: Wilson per structure, a
 stratified bootstrap for the average), the mean log-probability per generated token under
 the LM (temperature 1, end token included) and the median CPU seconds per instance. Torch
@@ -37,7 +39,6 @@ import math
 import os
 import random
 import statistics
-import string
 import sys
 import time
 from pathlib import Path
@@ -45,9 +46,7 @@ from typing import Any
 
 import torch
 from _args import nonnegative_int, positive_int
-
-from llamppl.decoding.constraints import Constraint
-from llamppl.lm.memo import lm_table
+from collie_program import plain_characters, token_budget
 
 METHODS = ("plain", "lcd", "smc")
 ANCHORS = {  # published outputs judged with the same checker (shared data README)
@@ -66,88 +65,6 @@ ANCHORS = {  # published outputs judged with the same checker (shared data READM
     "c14": (42, 0, 0, 0),
 }
 ANCHOR_AVERAGES = (47.6, 24.4, 14.5, 14.3)  # GPT-4, GPT-3.5, Alpaca-7B, Vicuna-7B
-TOKENS_PER_WORD = (
-    1.4  # SmolLM2 tokens per judge word of plain English, punctuation included, with room
-)
-WORDS_PER_SENTENCE = 18  # room per free sentence when nothing bounds its length
-MAX_TOKENS = 400
-
-
-def token_budget(lm: Any, constraint: Any) -> int:
-    """``max_tokens`` for one constraint, derived from its counts and targets.
-
-    Room for what the constraint asks: characters (half a token each, plus 12), words (2
-    tokens each, plus 12), sentences (so many words each: the upper bound, else 5/4 of the
-    lower bound plus 4, else :data:`WORDS_PER_SENTENCE`; :data:`TOKENS_PER_WORD` tokens per
-    word), the target sentences of
-    paragraphs (their own tokens, free sentences, 8 tokens per paragraph); at least 24 and
-    at most :data:`MAX_TOKENS`. It reads the constraint, never the prompt's id.
-    """
-    from llamppl.decoding.constraints import AllOf
-    from llamppl.decoding.text_structure import CharCount, EachAt, EachCount, UnitCount
-
-    parts = constraint.parts if isinstance(constraint, AllOf) else (constraint,)
-    need, sentences, words_each = 24, None, None
-    for p in parts:
-        if isinstance(p, CharCount):
-            n = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo
-            need = max(need, n // 2 + 12)
-        elif isinstance(p, UnitCount) and p.level == "word":
-            n = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo + 8
-            need = max(need, 2 * n + 12)
-        elif isinstance(p, UnitCount) and p.level == "sentence":
-            sentences = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo
-        elif isinstance(p, EachCount) and (p.outer, p.inner) == ("sentence", "word"):
-            words_each = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo * 5 // 4 + 4
-        elif isinstance(p, EachAt) and not isinstance(p.targets, str):
-            if p.outer == "sentence":
-                sentences = len(p.targets)
-            else:
-                own = sum(len(lm.encode(t)) + 2 for t in p.targets)
-                free = max(1, p.min_inner - 1) * len(p.targets)
-                room = int(free * WORDS_PER_SENTENCE * TOKENS_PER_WORD) + 8 * len(p.targets)
-                need = max(need, own + room + 16)
-    if sentences is not None:
-        per = words_each if words_each is not None else WORDS_PER_SENTENCE
-        need = max(need, int(sentences * per * TOKENS_PER_WORD) + 16)
-    return min(MAX_TOKENS, need)
-
-
-PLAIN = frozenset(string.ascii_letters + " .,;:!?'")
-NEWLINE = "\n"
-
-
-class PlainCharacters(Constraint):
-    """Our program's own constraint (not COLLIE's): the text uses only ASCII letters, spaces
-    and ``. , ; : ! ? '`` (and newlines when ``newlines``). Exact, with a cheap mask from a
-    per-LM table. It keeps particles out of text the prefix analysis cannot read (brackets,
-    URLs, digits, runs without spaces), where a dead end would only show at the token limit.
-    """
-
-    def __init__(self, newlines: bool) -> None:
-        self.chars = PLAIN | ({NEWLINE} if newlines else set())
-
-    def __call__(self, text: str) -> bool:
-        return all(ch in self.chars for ch in text)
-
-    def allowed_mask(self, lm: Any, text: str) -> torch.Tensor:
-        key = ("bench_collie.plain", NEWLINE in self.chars)
-        table = lm_table(
-            lm,
-            key,
-            lambda lm: torch.tensor([all(ch in self.chars for ch in t) for t in lm.vocab]),
-        )
-        mask = table.clone() if self(text) else torch.zeros_like(table)
-        mask[list(lm.eos_token_ids)] = self(text)
-        return mask.to(lm.device)
-
-    def __repr__(self) -> str:
-        return f"plain_characters(newlines={NEWLINE in self.chars})"
-
-
-def _needs_newlines(constraint: Any) -> bool:
-    """Whether the constraint speaks of paragraphs (then texts need blank lines)."""
-    return "paragraph" in repr(constraint)
 
 
 def _mean_logprob(lm: Any, particle: Any) -> float | None:
@@ -170,7 +87,7 @@ def _mean_logprob(lm: Any, particle: Any) -> float | None:
 
 
 def run_method(
-    method: str, lm: Any, inst: dict, n: int, seed: int, plain: bool = False
+    method: str, lm: Any, inst: dict, n: int, seed: int, plain: bool = True
 ) -> dict[str, Any]:
     """One method on one instance: the returned text, its judgement and costs."""
     from collie_judge import judge
@@ -184,7 +101,7 @@ def run_method(
     constraint = translate(inst)
     max_tokens = token_budget(lm, constraint)
     if plain and method != "plain":  # the program's own style constraint, beside COLLIE's
-        constraint = constraint & PlainCharacters(_needs_newlines(constraint))
+        constraint = constraint & plain_characters(inst, constraint)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if method == "plain":
         model = HardConstraint(
@@ -311,8 +228,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--structures", default=None, help="comma-separated subset (default: all)")
     parser.add_argument(
         "--plain-characters",
-        action="store_true",
-        help="LCD and SMC also constrain the text to plain characters (PlainCharacters)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="LCD and SMC also constrain the text to plain characters and the targets' own "
+        "(PlainCharacters; default on, --no-plain-characters turns it off)",
     )
     parser.add_argument(
         "--report", default=None, help="print the report of a saved records file, run nothing"
@@ -334,7 +253,6 @@ def main(argv: list[str] | None = None) -> None:
     import collie_judge  # sets NLTK_DATA to the shared Punkt data unless the user set it
 
     os.environ.setdefault("NLTK_DATA", str(collie_judge.NLTK_DATA))
-    import torch
 
     torch.set_num_threads(1)
     from llamppl import CachedCausalLM
@@ -346,7 +264,10 @@ def main(argv: list[str] | None = None) -> None:
         picked = {s: v for s, v in picked.items() if s in keep}
     lm = CachedCausalLM.default()
     print(f"torch threads: {torch.get_num_threads()}; NLTK_DATA={os.environ['NLTK_DATA']}")
-    print(f"methods: {methods}; particles: {args.particles}; seed: {args.seed}")
+    print(
+        f"methods: {methods}; particles: {args.particles}; seed: {args.seed}; "
+        f"plain characters: {'on' if args.plain_characters else 'off'}"
+    )
     records = []
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

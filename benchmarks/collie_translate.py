@@ -119,7 +119,7 @@ def _rewrite(parts: list[Constraint]) -> list[Constraint]:
             p = CharsAt({(i + n if i < 0 else i): c for i, c in _raw(p).items()})
         elif isinstance(p, UnitsAt) and exact.get(p.level) is not None:
             n = exact[p.level]
-            p = UnitsAt(p.level, {(i + n if i < 0 else i): t for i, t in p.positions.items()})
+            p = UnitsAt(p.level, {(i + n if i < 0 else i): t for i, t in p.spelled.items()})
         out.append(p)
     ends = [p for p in out if isinstance(p, EachAt) and p.outer == "paragraph"]
     floors = [
@@ -131,7 +131,7 @@ def _rewrite(parts: list[Constraint]) -> list[Constraint]:
     ]
     if len(ends) == 1 and len(floors) == 1 and not isinstance(ends[0].targets, str):
         e, f = ends[0], floors[0]
-        merged = EachAt(e.outer, e.inner, e.index, list(e.targets), min_inner=f.bounds.lo)
+        merged = EachAt(e.outer, e.inner, e.index, list(e.spelled), min_inner=f.bounds.lo)
         out = [merged if p is e else p for p in out if p is not f]
     return out
 

@@ -1,0 +1,149 @@
+"""The COLLIE program's own choices, beside COLLIE's constraints (``bench_collie.py``).
+
+- :func:`token_budget`: ``max_tokens`` for an instance, read from its constraint's counts
+  and targets (never from the prompt's id);
+- :class:`PlainCharacters` (:func:`plain_characters` per instance): a constraint of our
+  own that keeps the text plain (letters, spaces, simple marks followed by a space, the
+  targets' own characters). The target is the LM conditioned on COLLIE's constraint and
+  this one, still exactly; the judge never sees it.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Any
+
+import torch
+
+from llamppl.decoding.constraints import Constraint
+from llamppl.lm.memo import lm_table
+
+TOKENS_PER_WORD = (
+    1.4  # SmolLM2 tokens per judge word of plain English, punctuation included, with room
+)
+WORDS_PER_SENTENCE = 18  # room per free sentence when nothing bounds its length
+MAX_TOKENS = 400
+
+
+def token_budget(lm: Any, constraint: Any) -> int:
+    """``max_tokens`` for one constraint, derived from its counts and targets.
+
+    Room for what the constraint asks: characters (half a token each, plus 12), words (2
+    tokens each, plus 12), required words (their own tokens and a free sentence, plus 12),
+    sentences (so many words each: the upper bound, else 5/4 of the
+    lower bound plus 4, else :data:`WORDS_PER_SENTENCE`; :data:`TOKENS_PER_WORD` tokens per
+    word), the target sentences of
+    paragraphs (their own tokens, free sentences, 8 tokens per paragraph); at least 24 and
+    at most :data:`MAX_TOKENS`. It reads the constraint, never the prompt's id.
+    """
+    from llamppl.decoding.constraints import AllOf
+    from llamppl.decoding.text_structure import (
+        CharCount,
+        EachAt,
+        EachCount,
+        UnitCount,
+        WordsIncluded,
+    )
+
+    parts = constraint.parts if isinstance(constraint, AllOf) else (constraint,)
+    need, sentences, words_each = 24, None, None
+    for p in parts:
+        if isinstance(p, CharCount):
+            n = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo
+            need = max(need, n // 2 + 12)
+        elif isinstance(p, UnitCount) and p.level == "word":
+            n = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo + 8
+            need = max(need, 2 * n + 12)
+        elif isinstance(p, UnitCount) and p.level == "sentence":
+            sentences = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo
+        elif isinstance(p, EachCount) and (p.outer, p.inner) == ("sentence", "word"):
+            words_each = p.bounds.hi if p.bounds.hi is not None else p.bounds.lo * 5 // 4 + 4
+        elif isinstance(p, EachAt) and not isinstance(p.targets, str):
+            if p.outer == "sentence":
+                sentences = len(p.targets)
+            else:
+                own = sum(len(lm.encode(t)) + 2 for t in p.targets)
+                free = max(1, p.min_inner - 1) * len(p.targets)
+                room = int(free * WORDS_PER_SENTENCE * TOKENS_PER_WORD) + 8 * len(p.targets)
+                need = max(need, own + room + 16)
+        elif isinstance(p, WordsIncluded):  # a sentence around the required words
+            own = sum(len(lm.encode(" " + w)) for w in p.words)
+            need = max(need, own + int(WORDS_PER_SENTENCE * TOKENS_PER_WORD) + 12)
+    if sentences is not None:
+        per = words_each if words_each is not None else WORDS_PER_SENTENCE
+        need = max(need, int(sentences * per * TOKENS_PER_WORD) + 16)
+    return min(MAX_TOKENS, need)
+
+
+PLAIN = frozenset(string.ascii_letters + " .,;:!?'")
+NEWLINE = "\n"
+GLUED = re.compile(r"[.,;:!?][^\s'\"]")  # a mark with a letter or another mark right after it
+
+
+class PlainCharacters(Constraint):
+    """Our program's own constraint (not COLLIE's): the text uses only ASCII letters, spaces,
+    ``. , ; : ! ? '``, newlines when ``newlines``, and the characters of ``extra`` (the
+    instance's targets, so a required word or sentence can always be written); with
+    ``spaced_marks``, a mark is followed by whitespace, a quote or the end (no ``a.b`` nor
+    ``...``). Exact, with a cheap mask from per-LM tables. It keeps particles out of text the
+    prefix analysis cannot read (brackets, URLs, digits, runs glued by dots), where no unit
+    is certain and a dead end would only show at the token limit.
+    """
+
+    def __init__(self, newlines: bool, extra: str = "", spaced_marks: bool = True) -> None:
+        self.chars = PLAIN | ({NEWLINE} if newlines else set()) | set(extra)
+        self.spaced_marks = spaced_marks
+
+    def _plain(self, text: str) -> bool:
+        return all(ch in self.chars for ch in text) and not (
+            self.spaced_marks and GLUED.search(text)
+        )
+
+    def __call__(self, text: str) -> bool:
+        return self._plain(text)
+
+    def allowed_mask(self, lm: Any, text: str) -> torch.Tensor:
+        key = ("bench_collie.plain", "".join(sorted(self.chars)), self.spaced_marks)
+        plain, spaced = lm_table(
+            lm,
+            key,
+            lambda lm: (
+                torch.tensor([self._plain(t) for t in lm.vocab]),
+                torch.tensor([t[:1] in ("", "'", '"') or t[0].isspace() for t in lm.vocab]),
+            ),
+        )
+        mask = plain.clone() if self(text) else torch.zeros_like(plain)
+        if self.spaced_marks and text[-1:] in tuple(".,;:!?"):
+            mask &= spaced  # after a mark: whitespace, a quote (or nothing) first
+        mask[list(lm.eos_token_ids)] = self(text)
+        return mask.to(lm.device)
+
+    def __repr__(self) -> str:
+        extra = "".join(sorted(self.chars - PLAIN))
+        return f"plain_characters({extra!r}, spaced_marks={self.spaced_marks})"
+
+
+def target_strings(targets: Any) -> list[str]:
+    """The strings among an instance's ``targets`` (nested lists; counts left out)."""
+    if isinstance(targets, str):
+        return [targets]
+    if isinstance(targets, list):
+        return [s for t in targets for s in target_strings(t)]
+    return []
+
+
+def plain_characters(inst: dict, constraint: Constraint) -> PlainCharacters:
+    """The program's :class:`PlainCharacters` for one instance and its constraint: newlines
+    only where paragraphs are asked for; the targets' characters allowed; marks spaced only
+    where words or sentences are counted or placed (not for character constraints, whose
+    texts need no word split) and no target glues one itself (``U.S.``)."""
+    from llamppl.decoding.constraints import AllOf
+    from llamppl.decoding.text_structure import CharCount, CharsAt
+
+    strings = target_strings(inst["targets"])
+    parts = constraint.parts if isinstance(constraint, AllOf) else (constraint,)
+    characters = any(isinstance(p, (CharCount, CharsAt)) for p in parts)
+    glued = any(GLUED.search(s) for s in strings)
+    newlines = "paragraph" in repr(constraint)
+    return PlainCharacters(newlines, "".join(strings), spaced_marks=not (characters or glued))
