@@ -162,9 +162,10 @@ class HardConstraint(Model):
     hint_prob : float
         Probability, in [0, 1), with which the lazy proposal draws among the constraint's
         allowed hints (:meth:`~llamppl.decoding.constraints.Constraint.hint`: the first
-        token of a word required at the position being written) when there are any; the
-        weight accounts for it exactly (:mod:`~llamppl.decoding.lazy_proposal`, "Hints").
-        0 turns hints off; constraints without hints are unaffected.
+        token of a word required at the position being written, the next token of a
+        paragraph's required last sentence) when there are any; the weight accounts for
+        it exactly (:mod:`~llamppl.decoding.lazy_proposal`, "Hints"). 0 turns hints off;
+        constraints without hints are unaffected.
 
     Attributes
     ----------
