@@ -95,13 +95,10 @@ class PlainCharacters(Constraint):
         self.chars = PLAIN | ({NEWLINE} if newlines else set()) | set(extra)
         self.spaced_marks = spaced_marks
 
-    def _plain(self, text: str) -> bool:
+    def __call__(self, text: str) -> bool:
         return all(ch in self.chars for ch in text) and not (
             self.spaced_marks and GLUED.search(text)
         )
-
-    def __call__(self, text: str) -> bool:
-        return self._plain(text)
 
     def allowed_mask(self, lm: Any, text: str) -> torch.Tensor:
         key = ("bench_collie.plain", "".join(sorted(self.chars)), self.spaced_marks)
@@ -109,14 +106,15 @@ class PlainCharacters(Constraint):
             lm,
             key,
             lambda lm: (
-                torch.tensor([self._plain(t) for t in lm.vocab]),
+                torch.tensor([self(t) for t in lm.vocab]),
                 torch.tensor([t[:1] in ("", "'", '"') or t[0].isspace() for t in lm.vocab]),
             ),
         )
-        mask = plain.clone() if self(text) else torch.zeros_like(plain)
+        ok = self(text)  # one scan of the text per mask
+        mask = plain.clone() if ok else torch.zeros_like(plain)
         if self.spaced_marks and text[-1:] in tuple(".,;:!?"):
             mask &= spaced  # after a mark: whitespace, a quote (or nothing) first
-        mask[list(lm.eos_token_ids)] = self(text)
+        mask[list(lm.eos_token_ids)] = ok
         return mask.to(lm.device)
 
     def __repr__(self) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 from llamppl.decoding.constraints import Constraint
 from llamppl.lm.base import LanguageModel
-from llamppl.validation import check_real_range
+from llamppl.validation import check_real_range, real_number
 
 __all__ = ["Twists"]
 
@@ -39,14 +39,15 @@ class Twists:
     target: float
 
     @classmethod
-    def checked(cls, end: object, need: object, target: object) -> Twists:
-        """The factors, validated (a ``ValueError``/``TypeError`` names ``end_twist``, ...)."""
-        return cls(
-            *(
-                check_real_range(f"{name}_twist", value, 0.0, math.inf)
-                for name, value in (("end", end), ("need", need), ("target", target))
-            )
+    def checked(cls, end: object, need: object, target: object, end_varies: bool = True) -> Twists:
+        """The factors, validated (a ``ValueError``/``TypeError`` names ``end_twist``, ...);
+        the end twist is dropped when the complete check cannot vary along a run
+        (``end_varies=False``: a bare callable, whose complete check is its prefix check)."""
+        end, need, target = (
+            check_real_range(f"{name}_twist", real_number(f"{name}_twist", value), 0.0, math.inf)
+            for name, value in (("end", end), ("need", need), ("target", target))
         )
+        return cls(end if end_varies else 0.0, need, target)
 
     def log_psi(self, constraint: Constraint, lm: LanguageModel, state: Any) -> tuple[float, int]:
         """``(log ψ(state), complete checks made)``."""

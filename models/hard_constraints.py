@@ -75,7 +75,6 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from llamppl.context import LMContext
 from llamppl.decoding.constraints import (
@@ -94,7 +93,7 @@ from llamppl.decoding.time_bound import (
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.rng import current_rng
-from llamppl.validation import check_positive_int, check_unit_interval
+from llamppl.validation import check_positive_int, check_unit_interval, real_number
 
 from .constrained_tokens import (
     DrawnToken,
@@ -217,9 +216,9 @@ class HardConstraint(Model):
             proposal = "mask" if self.constraint.cheap_mask else "lazy"
         self.proposal = proposal
         self.fast_forward = fast_forward
-        self.twists = Twists.checked(end_twist, need_twist, target_twist)
-        if type(self.constraint) is PredicateConstraint:  # complete check = prefix check:
-            self.twists = replace(self.twists, end=0.0)  # the end twist would be constant
+        bare = type(self.constraint) is PredicateConstraint  # complete check = prefix check
+        self.twists = Twists.checked(end_twist, need_twist, target_twist, end_varies=not bare)
+        hint_prob = real_number("hint_prob", hint_prob)  # 0-d tensors and NumPy scalars too
         self.hint_prob = check_unit_interval(
             "hint_prob", hint_prob, open_left=False, open_right=True
         )

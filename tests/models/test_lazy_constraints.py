@@ -251,6 +251,10 @@ def test_bad_options_are_named():
         HardConstraint(LM, PROMPT, no_double_b, target_twist=-0.5)
     with pytest.raises(TypeError, match="need_twist must be a real number"):
         HardConstraint(LM, PROMPT, no_double_b, need_twist="1")
+    model = HardConstraint(
+        LM, PROMPT, no_double_b, hint_prob=np.float32(0.25), target_twist=np.int64(3)
+    )
+    assert (model.hint_prob, model.twists.target) == (0.25, 3.0)  # NumPy scalars are numbers
     with pytest.raises(ValueError, match="stop must be one of"):
         HardConstraint(LM, PROMPT, no_double_b, stop="period")
     with pytest.raises(ValueError, match="truncated must be one of"):
