@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,11 +23,14 @@ import torch
 from llamppl.batching import Coalescer
 from llamppl.context import LMContext
 from llamppl.decoding.constraints import AllOf, Constraint
+from llamppl.decoding.time_bound import CheckTimeout, current_bound
 from llamppl.distributions import Distribution
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import PerLM, lm_table
 from llamppl.rng import current_rng
 from llamppl.token import Token
+
+SCAN_BOUNDS = 10  # one lazy draw's checks together may run this many check time bounds
 
 __all__ = [
     "MaskedNextToken",
@@ -271,10 +275,17 @@ def token_check(
     check passes (asked once), no other token when ``only_end``, else ``costly_allows``
     (:func:`split_costly`'s check of the parts not masked) and, with ``left`` tokens in the
     budget, reachability in the ``left - 1`` after it. ``counted()`` is called once per
-    check made."""
-    ends, end_ok = set(end_ids), []
+    check made.
 
-    def allowed(w: int) -> bool:
+    The checks of one draw together run under ``SCAN_BOUNDS`` times the current check
+    bound (:func:`~llamppl.decoding.time_bound.current_bound`): a prefix check that admits
+    a text no token can extend makes the draw scan the whole vocabulary, which for a
+    check of milliseconds takes minutes; past the bound :class:`CheckTimeout` ends the
+    particle (the one approximation, as for a single check that overruns)."""
+    ends, end_ok = set(end_ids), []
+    bound, spent = current_bound(), [0.0]  # seconds spent in this draw's checks
+
+    def check(w: int) -> bool:
         if w in ends:
             if not end_ok:
                 counted()
@@ -288,5 +299,18 @@ def token_check(
         if left is None or not is_text_state(state):  # only text states advance purely
             return True
         return constraint.reachable(lm, constraint.advance(lm, state, w), left - 1)
+
+    def allowed(w: int) -> bool:
+        if bound is None:
+            return check(w)
+        if spent[0] > SCAN_BOUNDS * bound:
+            raise CheckTimeout(
+                f"check timed out (one draw's checks ran over {SCAN_BOUNDS * bound:g} s)"
+            )
+        start = time.monotonic()
+        try:
+            return check(w)
+        finally:
+            spent[0] += time.monotonic() - start
 
     return allowed

@@ -10,11 +10,12 @@ particle ends (ψ = 1 on a final text), so the posterior and Z do not depend on 
 with C_F the complete check (``Constraint.ends``), ``need(s)`` the fewest tokens a
 passing completion still needs (``Constraint.need``) and ``missing(s)`` the given targets
 the prefix has not yet certainly met (``Constraint.missing``: a required word not yet at
-its position, a paragraph's last sentence not yet written). Certainly met, not "met if the
-text ended here": text whose units the judge could still split several ways (runs of
-dots, words glued by periods) must not earn the credit. The target term pays a
-particle back the LM's price of writing a required word, so the particles that put it off
-do not outweigh it.
+its position, each word of a paragraph's required last sentence not yet copied). Certainly
+met, not "met if the text ended here": text whose units the judge could still split several
+ways (runs of dots, words glued by periods) must not earn the credit. The one provisional
+credit is a copy of a required sentence under way where it may stand last: it is withdrawn
+the moment the copy breaks. The target term pays a particle back the LM's price of writing
+a required word, so the particles that put it off do not outweigh it.
 """
 
 from __future__ import annotations

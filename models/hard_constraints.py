@@ -50,13 +50,12 @@ cut ones, and Z is the probability that the LM's output (cut at ``max_tokens``)
 passes. A particle of weight 0 names why in ``failure`` (``"no allowed token"``,
 ``"token limit"``, ``"check timed out ..."``, ``"schema check: ..."``, ...).
 
-**Guiding particles toward an ending.** ``end_twist``, ``need_twist``, ``target_twist``:
-the twist of :mod:`.constraint_twists`, undone at the end (posterior and Z unchanged);
-docs/programs/costly_constraints.md.
+**Guiding particles toward an ending.** ``end_twist``, ``need_twist``, ``target_twist``: the
+twist of :mod:`.constraint_twists`, undone at the end (posterior and Z unchanged).
 
-**Time bound.** Every check runs under ``check_timeout`` seconds
-(:mod:`llamppl.decoding.time_bound`); a check that exceeds it gives its particle
-weight 0 with the cause ``"check timed out"``, and the run goes on.
+**Time bound.** Every check runs under ``check_timeout`` seconds, one lazy draw's checks
+together under ten times that (:mod:`llamppl.decoding.time_bound`); past it the particle
+gets weight 0 with the cause ``"check timed out ..."``, and the run goes on.
 
 A text constraint sees the concatenation of ``lm.vocab[t]`` over the generated tokens
 (end token excluded)::
@@ -138,7 +137,8 @@ class HardConstraint(Model):
     truncated : {"check", "drop", "keep"}
         What a text cut at ``max_tokens`` gets (module docstring).
     check_timeout : float | None
-        Seconds one check may take before its particle dies (default 2); None: no bound.
+        Seconds one check may take (one lazy draw's checks: ten times that) before its
+        particle dies (default 2); None: no bound.
     fast_forward : bool
         Take a token the constraint allows alone without a draw of its own (grammars;
         same target and weights, see :class:`~llamppl.models.GrammarConstraint`).
@@ -154,10 +154,11 @@ class HardConstraint(Model):
     target_twist : float
         Log-factor per given target the prefix has not yet certainly met
         (:meth:`~llamppl.decoding.constraints.Constraint.missing`: a required word not yet
-        at its position, a paragraph's required last sentence not yet written) by which a
-        live particle is disfavoured, so the particle that pays the LM's price for writing
-        a required word is not outweighed by those that put it off. A twist too; the default
-        8 is about what a required word costs SmolLM2 at its position; 0 turns it off.
+        at its position, each word of a paragraph's required last sentence not yet copied)
+        by which a live particle is disfavoured, so the particle that pays the LM's price
+        for writing a required word is not outweighed by those that put it off. A twist
+        too; the default 8 is about what a required word costs SmolLM2 at its position; 0
+        turns it off.
     hint_prob : float
         Probability, in [0, 1), with which the lazy proposal draws among the constraint's
         allowed hints (:meth:`~llamppl.decoding.constraints.Constraint.hint`: the first
@@ -240,8 +241,8 @@ class HardConstraint(Model):
         with time_bound(self.check_timeout):
             try:
                 await self._step()
-            except CheckTimeout:
-                self._die(f"check timed out (over {self.check_timeout:g} s)")
+            except CheckTimeout as exc:
+                self._die(str(exc) or f"check timed out (over {self.check_timeout:g} s)")
             except ConstraintFailure as failure:
                 self._die(failure.cause)
 

@@ -36,10 +36,10 @@ enforces any of them and ``&`` composes any two:
     passes still needs (default 0: unknown). It guides particles (``HardConstraint``'s
     ``need_twist``); it never changes the target.
 ``c.missing(lm, state) -> int``
-    Optional: how many of the constraint's given targets (a word at a position, the last
-    sentence of a paragraph, a sentence a count's floor still lacks) the prefix has not yet
-    certainly met (default 0: none named). It guides particles (``HardConstraint``'s
-    ``target_twist``); it never changes the target.
+    Optional: how many of the constraint's given targets (a word at a position, each word
+    of a paragraph's required last sentence, a sentence a count's floor still lacks) the
+    prefix has not yet certainly met (default 0: none named). It guides particles
+    (``HardConstraint``'s ``target_twist``); it never changes the target.
 ``c.hint(lm, state) -> tuple[int, ...]``
     Optional: tokens that write what the constraint asks for next (the first token of a
     word required at the position being written, the next token of a paragraph's required

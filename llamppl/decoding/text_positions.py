@@ -22,6 +22,7 @@ from .text_paragraphs import Paragraphs
 from .text_prefix import Analysis
 from .text_spelling import (
     can_share,
+    copy_under_way,
     first_tokens,
     ids_mask,
     may_start_sentence,
@@ -313,19 +314,33 @@ class EachAt(TextStructure):
 
     def missing(self, lm: LanguageModel, state: str) -> int:
         """List targets whose outer unit is not yet certain (the prefix check has checked
-        every certain one); 0 for one target shared by every unit, which names no count."""
+        every certain one); 0 for one target shared by every unit, which names no count.
+
+        A paragraph's required last sentence counts its words (copying one costs the LM a
+        few nats per word); the words of a copy under way (``copy_under_way``, each word as
+        it begins) count as written once the paragraph's ``min_inner - 1`` free sentences
+        before it are certain: credit word by word, lost when the copy breaks."""
         if isinstance(self.targets, str):
             return 0
         view = self.view_of(state)
         done = len(view.sentences) if self.outer == "sentence" else len(view.final)
-        return max(0, len(self.targets) - done)
+        if not self.spelled or self.outer != "paragraph" or self.index != -1:
+            return max(0, len(self.targets) - done)
+        left = sum(len(t.split()) for t in self.spelled[done:])
+        copy = (
+            copy_under_way(view.open_text, self.spelled[done]) if done < len(self.spelled) else None
+        )
+        a: Analysis = view.open
+        if copy is None or len(a.sentences) < self.min_inner - 1 or copy[0] < a.anchor:
+            return left
+        return left - len(self.spelled[done][: copy[1]].split())  # words begun, as given
 
     def hint(self, lm: LanguageModel, state: str) -> tuple[int, ...]:
         """For the last sentence of each paragraph (list targets): the next token of the open
-        paragraph's target sentence while a copy of it is under way where a sentence may
-        start, the paragraph delimiter once it is written (not after the last target), and
-        its first token where a sentence may start once the paragraph holds its free
-        sentences (``min_inner - 1`` marks); ``()`` otherwise."""
+        paragraph's target sentence while a copy of it is under way
+        (:func:`~llamppl.decoding.text_spelling.copy_under_way`), the paragraph delimiter once the copy is finished (not
+        after the last target), and its first token where a sentence may start once the
+        paragraph holds its free sentences (``min_inner - 1`` marks); ``()`` otherwise."""
         if self.outer != "paragraph" or self.index != -1 or not self.spelled:
             return ()
         view = self.view_of(state)
@@ -333,13 +348,12 @@ class EachAt(TextStructure):
         if k >= len(self.spelled):
             return ()
         target = self.spelled[k]
-        for i in range(max(0, len(text) - len(target)), len(text)):  # longest copy first
-            if target.startswith(text[i:]) and may_start_sentence(text, i):
-                rest = target[len(text) - i :]
-                if rest:
-                    return first_tokens(lm, [rest])
-                last = k == len(self.spelled) - 1
-                return () if last else first_tokens(lm, [tu.PARAGRAPH_DELIMITER])
+        copy = copy_under_way(text, target)
+        if copy is not None:
+            if copy[1] < len(target):
+                return first_tokens(lm, [target[copy[1] :]])
+            last = k == len(self.spelled) - 1
+            return () if last else first_tokens(lm, [tu.PARAGRAPH_DELIMITER])
         if count_marks(text) < self.min_inner - 1 or not may_start_sentence(text, len(text)):
             return ()
         sep = " " if text and not text[-1].isspace() else ""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import functools
 import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ __all__ = [
     "spelling",
     "find_spelled",
     "may_start_sentence",
+    "copy_under_way",
     "overlap_need",
     "progress_mask",
     "ids_mask",
@@ -43,6 +45,8 @@ __all__ = [
 _PUNCT_THEN_MARK = re.compile(r"[^\w\s]*[.?!]")
 _PUNCT_ONLY = re.compile(r"[^\w\s]*")
 _TOP = "\U0010ffff"
+_STRIPPED = string.punctuation + " "  # what the judge strips from a unit's ends
+_AFTER_COPY = 4  # marks, quotes and spaces a finished copy may be followed by
 
 
 class _Pieces:
@@ -164,6 +168,24 @@ def spelling(
         raise TypeError(f"target must be a str, got {type(target).__name__}")
     s = _pieces(lm).spell(target.lower(), bool(mark))
     return Spelling(s.target, s.fresh, s.after, s.mark, bool(word), bool(sentence))
+
+
+def copy_under_way(text: str, target: str) -> tuple[int, int] | None:
+    """``(start, written)``: the longest copy of the sentence ``target`` (as given, in any
+    case) that ``text`` ends with, starting where a sentence may start
+    (:func:`may_start_sentence`); ``written == len(target)`` for a finished copy, which
+    marks, quotes and spaces may follow (the judge strips them from a sentence's end).
+    None when there is none. ``copy_under_way("It rained. The c", "The cat") == (11, 5)``."""
+    goal, low = target.lower(), text.lower()
+    bare = goal.rstrip(_STRIPPED)
+    for i in range(max(0, len(text) - len(target) - _AFTER_COPY), len(text)):
+        if not may_start_sentence(text, i):
+            continue
+        if goal.startswith(low[i:]):
+            return i, len(text) - i
+        if bare and low[i:].rstrip(_STRIPPED) == bare:
+            return i, len(target)
+    return None
 
 
 def may_start_sentence(text: str, i: int) -> bool:

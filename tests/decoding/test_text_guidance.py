@@ -75,6 +75,8 @@ def test_hints_copy_the_last_sentence_of_each_paragraph(smollm):
     assert hints("It rained.") == [" The"] and hints("It rained. ") == ["The"]
     assert hints("It rained. The c") == [lm.vocab[lm.encode("at sat")[0]]]
     assert hints(first) == [lm.vocab[lm.encode("\n\n")[0]]]
+    assert hints("It rained. THE CAT") == [lm.vocab[lm.encode(" sat")[0]]]  # any case
+    assert hints("It rained. The cat sat on the mat!") == hints(first)  # marks after a copy
     assert hints(first + "\n\nIt was late.") == [" Dogs"]
     assert hints(first + "\n\nIt was late. Dogs bark") == []  # the last target: no delimiter
 
@@ -105,10 +107,19 @@ def test_missing_counts_the_targets_not_yet_certainly_met():
     at = words_at({1: "ran", 3: "b"})
     texts = ["", "He ran", "He ran ", "He ran b b", "He ran b b "]
     assert [at.missing(LM, t) for t in texts] == [2, 2, 1, 1, 0]
+    # a required last sentence counts its words; a copy under way after the paragraph's free
+    # sentence is credited word by word (as each word begins), in any case, marks after it
     ends = last_sentence_of_paragraphs(["The cat sat", "Dogs bark"], min_sentences=2)
     first = "It rained. The cat sat."
-    texts = ["", first, first + "\n\n", first + "\n\nIt was late. Dogs bark."]
-    assert [ends.missing(LM, t) for t in texts] == [2, 2, 1, 1]
+    texts = ["", "The cat sat", "It rained. The c", "It rained. THE CAT SAT", first]
+    assert [ends.missing(LM, t) for t in texts] == [5, 5, 3, 2, 2]
+    late = first + "\n\nIt was late. "
+    texts = [first + "\n\n", late + "Do", late + "Dogs bark.", "It rained, The c"]
+    assert [ends.missing(LM, t) for t in texts] == [2, 1, 0, 5]
+    smith = last_sentence_of_paragraphs(["Smith ran"], min_sentences=2)
+    assert smith.missing(LM, "Ask Mr. Smith r") == 2  # Punkt: no break after "Mr."
+    assert smith.missing(LM, "Ask him. Smith r") == 0
+    assert ends.missing(LM, "It rained. The cat sat. It rained") == 5  # the copy broke
     last = last_word_of_sentences(["ran", "b"])
     assert [last.missing(LM, t) for t in ["He ran.", "He ran. He", "He ran. He b."]] == [2, 1, 1]
     assert last_word_of_sentences("ran").missing(LM, "He ran. He") == 0  # one target for all

@@ -139,6 +139,23 @@ def test_a_check_that_runs_too_long_kills_its_particle_not_the_run():
     assert any(p.failure is None for p in result.particles)
 
 
+def test_a_draw_whose_checks_together_run_too_long_kills_its_particle():
+    """A prefix check that admits a text no token extends makes the lazy draw check the
+    whole vocabulary; the draw's checks together are bounded by ``SCAN_BOUNDS`` check
+    bounds, so the particle dies with a named cause after a few checks, not |V| of them."""
+    from models.constrained_tokens import SCAN_BOUNDS
+
+    vocab = [chr(ord("a") + i % 26) * (1 + i // 26) for i in range(200)] + ["<eos>"]
+    lm = FunctionLM(vocab, len(vocab) - 1, lambda ctx: [0.0] * (len(vocab) - 1) + [-math.inf])
+    slow = PredicateConstraint(lambda text: time.sleep(0.01) or text == "")  # admits "" only
+    model = HardConstraint(lm, [0], slow, "lazy", 3, check_timeout=0.05)  # 10 ms per check
+    result = run(importance_sampling(model, 1, seed=0))
+    bound = SCAN_BOUNDS * 0.05
+    (particle,) = result.particles
+    assert particle.failure == f"check timed out (one draw's checks ran over {bound:g} s)"
+    assert slow.calls < 0.5 * len(vocab)  # cut short: a full scan would check every token
+
+
 def test_a_backtracking_regex_is_bounded_by_the_regex_engines_own_timeout():
     """C code cannot be interrupted from Python; regex_prefix passes the bound as ``timeout=``."""
     pattern = regex_prefix(r"(a|aa)+b")
