@@ -79,6 +79,22 @@ def token_budget(lm: Any, constraint: Any) -> int:
 PLAIN = frozenset(string.ascii_letters + " .,;:!?'")
 NEWLINE = "\n"
 GLUED = re.compile(r"[.,;:!?][^\s'\"]")  # a mark with a letter or another mark right after it
+RUN_START = re.compile(r"\S*")  # a token's leading run, up to its first whitespace
+QUOTES = ("'", '"')
+OPENER = re.compile(r"[.?!]\s+[.,;:!?'\"]")  # a mark or quote opening a sentence (inside)
+START_OPENER = re.compile(r"^\s*[.,;:!?'\"]")  # one opening the text's first sentence
+SENTENCE_GAP = re.compile(r"(^\s*|[.?!]\s+)$")  # a sentence may start right after this
+MAX_RUN = 20  # characters between whitespace, unless a target has a longer run
+
+
+def open_run(text: str) -> int:
+    """The length of the run of non-whitespace characters ``text`` ends with."""
+    n = 0
+    for ch in reversed(text):
+        if ch.isspace():
+            break
+        n += 1
+    return n
 
 
 class PlainCharacters(Constraint):
@@ -86,40 +102,72 @@ class PlainCharacters(Constraint):
     ``. , ; : ! ? '``, newlines when ``newlines``, and the characters of ``extra`` (the
     instance's targets, so a required word or sentence can always be written); with
     ``spaced_marks``, a mark is followed by whitespace, a quote or the end (no ``a.b`` nor
-    ``...``). Exact, with a cheap mask from per-LM tables. It keeps particles out of text the
-    prefix analysis cannot read (brackets, URLs, digits, runs glued by dots), where no unit
-    is certain and a dead end would only show at the token limit.
+    ``...``); with ``max_run``, no run of characters between whitespace is longer (no
+    ``thivestruthincorracan...``, one endless word for the judge); without
+    ``open_marks``, no mark or quote opens a sentence (``. 'Based,`` or ``.  ,`` leave
+    Punkt's break before them undecided for good, so the prefix check cannot refuse what
+    follows; quotes after a comma or inside words stay). Exact, with a cheap mask from
+    per-LM tables. It keeps particles out of text the prefix analysis cannot read
+    (brackets, URLs, digits, runs glued by dots, endless words), where no unit is certain
+    and a dead end would only show at the token limit (or after a scan of the vocabulary).
     """
 
-    def __init__(self, newlines: bool, extra: str = "", spaced_marks: bool = True) -> None:
+    def __init__(
+        self,
+        newlines: bool,
+        extra: str = "",
+        spaced_marks: bool = True,
+        max_run: int | None = None,
+        open_marks: bool = True,
+    ) -> None:
         self.chars = PLAIN | ({NEWLINE} if newlines else set()) | set(extra)
-        self.spaced_marks = spaced_marks
+        self.spaced_marks, self.max_run, self.open_marks = spaced_marks, max_run, open_marks
 
     def __call__(self, text: str) -> bool:
+        return self._inner(text) and (self.open_marks or not START_OPENER.match(text))
+
+    def _inner(self, text: str) -> bool:
+        """The rules inside ``text``, as if a word came before it."""
+        if self.max_run is not None and any(len(r) > self.max_run for r in text.split()):
+            return False
+        if not self.open_marks and OPENER.search(text):
+            return False
         return all(ch in self.chars for ch in text) and not (
             self.spaced_marks and GLUED.search(text)
         )
 
     def allowed_mask(self, lm: Any, text: str) -> torch.Tensor:
-        key = ("bench_collie.plain", "".join(sorted(self.chars)), self.spaced_marks)
-        plain, spaced = lm_table(
-            lm,
-            key,
-            lambda lm: (
-                torch.tensor([self(t) for t in lm.vocab]),
-                torch.tensor([t[:1] in ("", "'", '"') or t[0].isspace() for t in lm.vocab]),
-            ),
-        )
+        key = ("bench_collie.plain", repr(self))
+        plain, spaced, lead, opener, spaced_opener = lm_table(lm, key, self._tables)
         ok = self(text)  # one scan of the text per mask
         mask = plain.clone() if ok else torch.zeros_like(plain)
         if self.spaced_marks and text[-1:] in tuple(".,;:!?"):
             mask &= spaced  # after a mark: whitespace, a quote (or nothing) first
+        if self.max_run is not None:  # the open run goes on with the token's leading run
+            mask &= lead + open_run(text) <= self.max_run
+        if not self.open_marks and SENTENCE_GAP.search(text):
+            mask &= ~opener  # no mark or quote opens the sentence that may start here
+        elif not self.open_marks and text[-1:] in tuple(".?!"):
+            mask &= ~spaced_opener  # nor after the space the token brings
         mask[list(lm.eos_token_ids)] = ok
         return mask.to(lm.device)
 
+    def _tables(self, lm: Any) -> tuple[torch.Tensor, ...]:
+        """Per token: passes inside a text; starts with whitespace or a quote; the length of
+        its leading run (up to its first whitespace); a mark or quote after its leading
+        whitespace, if any; the same after some whitespace."""
+        plain = torch.tensor([self._inner(t) for t in lm.vocab])
+        spaced = torch.tensor([t[:1] in ("", *QUOTES) or t[0].isspace() for t in lm.vocab])
+        lead = torch.tensor([len(RUN_START.match(t).group()) for t in lm.vocab])
+        opens = [bool(START_OPENER.match(t)) for t in lm.vocab]
+        spaced_opens = [o and t[:1].isspace() for o, t in zip(opens, lm.vocab)]
+        return plain, spaced, lead, torch.tensor(opens), torch.tensor(spaced_opens)
+
     def __repr__(self) -> str:
         extra = "".join(sorted(self.chars - PLAIN))
-        return f"plain_characters({extra!r}, spaced_marks={self.spaced_marks})"
+        run = f", max_run={self.max_run}" if self.max_run is not None else ""
+        quotes = "" if self.open_marks else ", open_marks=False"
+        return f"plain_characters({extra!r}, spaced_marks={self.spaced_marks}{run}{quotes})"
 
 
 def target_strings(targets: Any) -> list[str]:
@@ -133,9 +181,11 @@ def target_strings(targets: Any) -> list[str]:
 
 def plain_characters(inst: dict, constraint: Constraint) -> PlainCharacters:
     """The program's :class:`PlainCharacters` for one instance and its constraint: newlines
-    only where paragraphs are asked for; the targets' characters allowed; marks spaced only
-    where words or sentences are counted or placed (not for character constraints, whose
-    texts need no word split) and no target glues one itself (``U.S.``)."""
+    only where paragraphs are asked for; the targets' characters allowed; where words or
+    sentences are counted or placed (not for character constraints, whose texts need no
+    word split): runs capped at ``MAX_RUN`` (or a target's longest run), no mark or quote
+    opening a sentence unless a target starts so, and marks spaced unless a target glues
+    one (``U.S.``)."""
     from llamppl.decoding.constraints import AllOf
     from llamppl.decoding.text_structure import CharCount, CharsAt
 
@@ -144,4 +194,11 @@ def plain_characters(inst: dict, constraint: Constraint) -> PlainCharacters:
     characters = any(isinstance(p, (CharCount, CharsAt)) for p in parts)
     glued = any(GLUED.search(s) for s in strings)
     newlines = "paragraph" in repr(constraint)
-    return PlainCharacters(newlines, "".join(strings), spaced_marks=not (characters or glued))
+    runs = [r for s in strings for r in s.split()]
+    return PlainCharacters(
+        newlines,
+        "".join(strings),
+        spaced_marks=not (characters or glued),
+        max_run=None if characters else max([MAX_RUN, *map(len, runs)]),
+        open_marks=characters or any(START_OPENER.match(r) for r in runs),
+    )

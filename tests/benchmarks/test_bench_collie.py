@@ -20,8 +20,8 @@ from llamppl import FunctionLM  # noqa: E402
 from llamppl.decoding.constraints import AllOf, Constraint  # noqa: E402
 from llamppl.decoding.text_structure import EachAt, UnitsAt  # noqa: E402
 
-VOCAB = ["Pre", "-", "Pal", " jaw", ".", "\n", "(", "<eos>"]
-LM = FunctionLM(VOCAB, len(VOCAB) - 1, lambda ctx: [math.sin(i + len(ctx)) for i in range(8)])
+VOCAB = ["Pre", "-", "Pal", " jaw", ".", "\n", "(", "'s", " 'x", ",", " ,", "<eos>"]
+LM = FunctionLM(VOCAB, len(VOCAB) - 1, lambda ctx: [math.sin(i + len(ctx)) for i in range(12)])
 
 
 def test_plain_characters_admit_the_targets_own_characters_and_space_the_marks():
@@ -37,8 +37,30 @@ def test_plain_characters_admit_the_targets_own_characters_and_space_the_marks()
     assert not glued.spaced_marks and glued("U.S.\nPre")  # a target that glues a mark
     word = collie_program.plain_characters({"targets": [12]}, char_count(exactly=12))
     assert not word.spaced_marks and word("Celara,DEVN.")  # character constraints: no split
-    for c in (plain, glued):
-        for text in ["", "Pre", "Pre(", "jaw\n", "jaw.", "jaw. "]:  # mask = per-token check
+    assert word.max_run is None and plain.max_run == collie_program.MAX_RUN
+    assert plain("a" * 20 + " jaw") and not plain("a" * 21 + " jaw")  # no endless words
+    long = collie_program.plain_characters({"targets": ["x" * 25]}, word_count(exactly=3))
+    assert long.max_run == 25 and long("x" * 25)  # a target's own run always fits
+    assert not plain.open_marks and plain("It's the students' 'jaw'.") and not plain("A. 'jaw")
+    assert not plain("A.  , jaw") and not plain("'jaw")  # no mark or quote opens a sentence
+    assert word.open_marks and word("'jaw")
+    assert collie_program.plain_characters({"targets": ["'Tis"]}, word_count(exactly=3)).open_marks
+    capped = collie_program.PlainCharacters(newlines=True, extra="-(", max_run=6)
+    for c in (plain, glued, capped, word):
+        texts = [
+            "",
+            "Pre",
+            "Pre(",
+            "jaw\n",
+            "jaw.",
+            "jaw. ",
+            "PrePal",
+            "Pre-Pa",
+            "Pr jaw",
+            "a ",
+            "a. ",
+        ]
+        for text in texts:  # mask = per-token check
             fast = c.allowed_mask(LM, text)
             assert fast.tolist() == Constraint.allowed_mask(c, LM, text).tolist(), text
 
