@@ -281,9 +281,13 @@ def token_check(
     bound (:func:`~llamppl.decoding.time_bound.current_bound`): a prefix check that admits
     a text no token can extend makes the draw scan the whole vocabulary, which for a
     check of milliseconds takes minutes; past the bound :class:`CheckTimeout` ends the
-    particle (the one approximation, as for a single check that overruns)."""
+    particle (the one approximation, as for a single check that overruns). The verdict is
+    kept on the constraint for the text and budget, so the particle's clones from
+    resampling end at once instead of scanning again."""
     ends, end_ok = set(end_ids), []
     bound, spent = current_bound(), [0.0]  # seconds spent in this draw's checks
+    timed_out = constraint.__dict__.setdefault("_timed_out_scans", set())
+    key = (state, left) if is_text_state(state) else None
 
     def check(w: int) -> bool:
         if w in ends:
@@ -303,7 +307,9 @@ def token_check(
     def allowed(w: int) -> bool:
         if bound is None:
             return check(w)
-        if spent[0] > SCAN_BOUNDS * bound:
+        if spent[0] > SCAN_BOUNDS * bound or (key is not None and key in timed_out):
+            if key is not None:
+                timed_out.add(key)
             raise CheckTimeout(
                 f"check timed out (one draw's checks ran over {SCAN_BOUNDS * bound:g} s)"
             )
