@@ -282,12 +282,12 @@ def token_check(
     a text no token can extend makes the draw scan the whole vocabulary, which for a
     check of milliseconds takes minutes; past the bound :class:`CheckTimeout` ends the
     particle (the one approximation, as for a single check that overruns). The verdict is
-    kept on the constraint for the text and budget, so the particle's clones from
+    kept on the constraint for the text, budget and bound, so the particle's clones from
     resampling end at once instead of scanning again."""
     ends, end_ok = set(end_ids), []
     bound, spent = current_bound(), [0.0]  # seconds spent in this draw's checks
     timed_out = constraint.__dict__.setdefault("_timed_out_scans", set())
-    key = (state, left) if is_text_state(state) else None
+    key = (state, left, bound) if is_text_state(state) else None
 
     def check(w: int) -> bool:
         if w in ends:
