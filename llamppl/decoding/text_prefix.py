@@ -26,9 +26,10 @@ How a prefix is read
    after abbreviations, initials, ellipses, numbers and collocations, none of which applies;
    a next sentence that starts with a letter is never realigned. ``?`` and ``!`` are breaks
    whatever follows.) The *open region* starts after the certain sentences.
-2. **The open region.** Cut it at single spaces into chunks. Every *complete* chunk (a space
-   follows) that holds no ``.``, ``?``, ``!`` nor whitespace of another kind is tokenised by
-   the judge's Treebank rules on its own (they act inside a chunk, the sentence edges aside,
+2. **The open region.** Cut it at single spaces into chunks (the empty chunks of a run of
+   spaces add no words). Every *complete* chunk (a space follows) that holds no ``.``,
+   ``?``, ``!`` nor whitespace of another kind is tokenised by the judge's Treebank rules
+   on its own (they act inside a chunk, the sentence edges aside,
    and no sentence boundary can fall inside a region without marks), so its words are
    certain. If every chunk so far is of that kind and the last, unfinished chunk is ASCII
    letters (optionally one ``,``, ``;`` or ``:`` after them), the analysis is *exact*: it
@@ -300,9 +301,10 @@ def _region(
                 )
             break
         chunk = text[pos:space]
-        if not chunk or _BAD_IN_CHUNK.search(chunk):
+        if chunk and _BAD_IN_CHUNK.search(chunk):
             break
-        words += _chunk_words(chunk, pos == anchor)
+        if chunk:  # an empty chunk (a second space) adds no words: the rules split on runs
+            words += _chunk_words(chunk, pos == anchor)
         pos = space + 1
     # not exact: the simple run, or NLTK's finality on the region when it knows more (a
     # chunk is final there once two complete chunks end at or after it; three when nested)
