@@ -326,10 +326,10 @@ class EachAt(TextStructure):
         done = len(view.sentences) if self.outer == "sentence" else len(view.final)
         if not self.spelled or self.outer != "paragraph" or self.index != -1:
             return max(0, len(self.targets) - done)
+        if done >= len(self.spelled):
+            return 0
         left = sum(len(t.split()) for t in self.spelled[done:])
-        copy = (
-            copy_under_way(view.open_text, self.spelled[done]) if done < len(self.spelled) else None
-        )
+        copy = copy_under_way(view.open_text, self.spelled[done])
         a: Analysis = view.open
         if copy is None or len(a.sentences) < self.min_inner - 1 or copy[0] < a.anchor:
             return left
@@ -338,9 +338,10 @@ class EachAt(TextStructure):
     def hint(self, lm: LanguageModel, state: str) -> tuple[int, ...]:
         """For the last sentence of each paragraph (list targets): the next token of the open
         paragraph's target sentence while a copy of it is under way
-        (:func:`~llamppl.decoding.text_spelling.copy_under_way`), the paragraph delimiter once the copy is finished (not
-        after the last target), and its first token where a sentence may start once the
-        paragraph holds its free sentences (``min_inner - 1`` marks); ``()`` otherwise."""
+        (:func:`~llamppl.decoding.text_spelling.copy_under_way`), the paragraph delimiter
+        once the copy is finished (not after the last target), and its first token where a
+        sentence may start once the paragraph holds its free sentences (``min_inner - 1``
+        marks); ``()`` otherwise."""
         if self.outer != "paragraph" or self.index != -1 or not self.spelled:
             return ()
         view = self.view_of(state)

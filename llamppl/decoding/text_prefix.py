@@ -29,11 +29,11 @@ How a prefix is read
 2. **The open region.** Cut it at single spaces into chunks (the empty chunks of a run of
    spaces add no words). Every *complete* chunk (a space follows) that holds no ``.``,
    ``?``, ``!`` nor whitespace of another kind is tokenised by the judge's Treebank rules
-   on its own (they act inside a chunk, the sentence edges aside,
-   and no sentence boundary can fall inside a region without marks), so its words are
-   certain. If every chunk so far is of that kind and the last, unfinished chunk is ASCII
-   letters (optionally one ``,``, ``;`` or ``:`` after them), the analysis is *exact*: it
-   knows every word of the region and the word being written (:class:`OpenWord`). Otherwise
+   on its own (they act inside a chunk, the sentence edges aside, and no sentence boundary
+   can fall inside a region without marks), so its words are certain. If every chunk so
+   far is of that kind and the last, unfinished chunk is ASCII letters (optionally one
+   ``,``, ``;`` or ``:`` after them), the analysis is *exact*: it knows every word of the
+   region and the word being written (:class:`OpenWord`). Otherwise
    the region's certain words are the longest of that simple run and what
    :func:`~llamppl.decoding.text_finality.split_prefix` calls final.
 3. **The word being written** (:class:`OpenWord`, letters ``L``) becomes, in every
