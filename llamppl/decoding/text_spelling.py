@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from llamppl.lm.base import LanguageModel
-from llamppl.lm.memo import lm_table
+from llamppl.lm.memo import LRU, lm_table
 
 from .text_budget import text_ids
 
@@ -170,6 +170,7 @@ def spelling(
     return Spelling(s.target, s.fresh, s.after, s.mark, bool(word), bool(sentence))
 
 
+@functools.lru_cache(maxsize=4096)
 def copy_under_way(text: str, target: str) -> tuple[int, int] | None:
     """``(start, written)``: the longest copy of the sentence ``target`` (as given, in any
     case) that ``text`` ends with, starting where a sentence may start
@@ -335,15 +336,28 @@ def _share(pieces: _Pieces, words: tuple[str, ...]) -> bool:
 
 def first_tokens(lm: LanguageModel, strings: Sequence[str]) -> tuple[int, ...]:
     """The first token of the LM's own tokenisation of each non-empty string, when that
-    token's text starts the string (a token that can begin writing it), once each."""
+    token's text starts the string (a token that can begin writing it), once each.
+    Memoised per LM and string (hints ask for the same strings at every step)."""
+    memo = lm_table(lm, "text_spelling.first_tokens", lambda lm: LRU(4096))
     out: dict[int, None] = {}
     for s in strings:
         if not s:
             continue
-        try:
-            ids = lm.encode(s)
-        except ValueError:  # a vocabulary that cannot spell it
-            continue
-        if ids and lm.vocab[ids[0]] and s.startswith(lm.vocab[ids[0]]):
-            out[int(ids[0])] = None
+        first = memo.get(s)
+        if first is None:
+            first = _first_token(lm, s)
+            memo.put(s, first)
+        if first >= 0:
+            out[first] = None
     return tuple(out)
+
+
+def _first_token(lm: LanguageModel, s: str) -> int:
+    """The first token of ``s`` if its text starts ``s``, else -1."""
+    try:
+        ids = lm.encode(s)
+    except ValueError:  # a vocabulary that cannot spell it
+        return -1
+    if ids and lm.vocab[ids[0]] and s.startswith(lm.vocab[ids[0]]):
+        return int(ids[0])
+    return -1
