@@ -97,13 +97,13 @@ from llamppl.validation import check_positive_int, check_unit_interval, real_num
 from .constrained_tokens import (
     DrawnToken,
     MaskedNextToken,
+    TokenCheck,
     allowed_hints,
     end_token_ids,
     mask_round,
     masked_round,
     one_of,
     split_costly,
-    token_check,
 )
 from .constraint_twists import Twists
 
@@ -322,7 +322,7 @@ class HardConstraint(Model):
     async def _lazy_draw(self, only_end: bool, ahead=None, left=None) -> DrawnToken | None:
         """The lazy draw (:func:`~llamppl.decoding.lazy_proposal.lazy_draw`) on this row.
         With ``left`` tokens in the budget, a token after which the constraint is out of
-        reach is never proposed (:func:`~.constrained_tokens.token_check`): the weight is
+        reach is never proposed (:class:`~.constrained_tokens.TokenCheck`): the weight is
         the mass of the tokens that can still succeed, and the target is unchanged (a text
         that passes within the budget has every prefix reachable; ``reachable`` is sound)."""
         ctx, lm, c = self.context, self.context.lm, self.constraint
@@ -337,14 +337,13 @@ class HardConstraint(Model):
                 mask = budget if mask is None else mask & budget
         if mask is not None:
             row = log_probs.masked_fill(~mask, -math.inf)
-        allowed = token_check(
+        allowed = TokenCheck(
             c, lm, self.state, costly_allows, self.end_ids, only_end, left, self._count_check
         )
         on = self.hint_prob and not only_end
         hints, checked = allowed_hints(c, lm, self.state, row, allowed, self.end_ids, on)
-        draw = await lazy_draw(
-            row, lambda w: w not in checked and allowed(w), current_rng(), hints, self.hint_prob
-        )
+        rest, exhaust = (lambda w: w not in checked and allowed(w)), allowed.exhauster(checked)
+        draw = await lazy_draw(row, rest, current_rng(), hints, self.hint_prob, exhaust)
         full = allowed if mask is None else (lambda w: bool(mask[w]) and allowed(w))
         if draw.token is None and hints:  # the rest branch found A − H empty: weight 0 (a
             return DrawnToken(lm, log_probs, (*hints[0], -math.inf), full)  # token, for replays)

@@ -49,6 +49,9 @@ enforces any of them and ``&`` composes any two:
     Optional: a superset of the tokens ``w`` after which ``reachable(lm, state·w,
     tokens_left - 1)`` may hold (end tokens True), or None for "any token" (the default).
     A draw may leave the other tokens out unchecked: they lead to certain failure.
+``c.text_check(lm, state)``, ``c.prefix_closed``
+    The prefix check on the state's text followed by any string, when the check is closed
+    under prefixes (text constraints by default): :mod:`~llamppl.decoding.token_trie`.
 
 **Text constraints.** :class:`Constraint` itself is the text constraint: its state is
 the generated text ``s`` (the concatenation of ``lm.vocab[t]`` over the generated
@@ -60,20 +63,13 @@ C_F? default ``constraint(s)``) and, for speed, ``constraint.allowed_mask(lm, s)
 :mod:`~llamppl.decoding.text_constraints`) are such subclasses.
 
 **A plain callable** ``f(text) -> bool`` becomes a :class:`PredicateConstraint` (prefix
-check and complete check are both ``f``; it must be a function of the text alone, as its
-answers are remembered per text); it has no cheap mask, so
-``HardConstraint``'s default proposal checks it lazily, on the tokens it draws
-(:mod:`~llamppl.decoding.lazy_proposal`). Every check runs under the time bound of
-:mod:`~llamppl.decoding.time_bound`.
+and complete check both ``f``, a function of the text alone: answers are remembered per
+text), checked lazily on the tokens drawn (:mod:`~llamppl.decoding.lazy_proposal`) under
+the time bound of :mod:`~llamppl.decoding.time_bound`.
 
-**Composition.** ``a & b`` is :class:`AllOf`: a prefix is allowed iff every part
-allows it; its mask is cheap iff every part's is, and a lazy draw uses the cheap
-parts' masks first and checks the others only on the tokens it draws::
-
-    from llamppl.decoding import max_word_length, banned_words
-    c = max_word_length(5) & banned_words(["rates"])
-    c("The Fed says no")                 # True
-    mask = c.allowed_mask(lm, "The Fed") # (V,) bool tensor
+**Composition.** ``a & b`` is :class:`AllOf`: allowed iff every part allows; its mask is
+cheap iff every part's is, and a lazy draw masks with the cheap parts and checks the others
+on the tokens it draws: ``max_word_length(5) & banned_words(["rates"])``.
 """
 
 from __future__ import annotations
@@ -86,6 +82,7 @@ import torch
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import LRU
 
+from .mask_rows import finish_rows
 from .time_bound import bounded_call
 
 __all__ = [
@@ -115,6 +112,10 @@ class Constraint:
     :meth:`masks` for a constraint with its own state (as grammars do). Constraint
     objects are immutable: cloning a particle shares them.
     """
+
+    #: The prefix check rejects every extension of a text it rejects ("can still be completed"
+    #: does); then :meth:`text_check` may list allowed tokens on the vocabulary's trie.
+    prefix_closed: bool = True
 
     # ------------------------------------------------------------ text interface
     def __call__(self, text: str) -> bool:
@@ -166,6 +167,14 @@ class Constraint:
             found = bool(bounded_call(self.accepts_end if end else self, text))
             memo.put(key, found)
         return found
+
+    def text_check(self, lm: LanguageModel, state: Any) -> Callable[[str], bool] | None:
+        """``check(x)``: the prefix check of the state's text followed by any string ``x``
+        (memoised), for :mod:`~llamppl.decoding.token_trie`; None for a state that is not
+        text, an overridden ``allows``, or ``prefix_closed`` false."""
+        if self.prefix_closed and isinstance(state, str) and type(self).allows is Constraint.allows:
+            return lambda x: self._checked(False, state + x)
+        return None
 
     def advance(self, lm: LanguageModel, state: Any, token: int) -> Any:
         """The text after ``token``."""
@@ -250,16 +259,20 @@ class Constraint:
 class PredicateConstraint(Constraint):
     """Wraps a plain ``fn(text) -> bool``: the prefix check and the complete check are ``fn``.
 
-    It has no cheap mask (its mask calls ``fn`` once per vocabulary entry), so a
-    program checks it lazily on the tokens it draws. Its calls are counted in
-    ``calls`` (shared by every particle).
+    No cheap mask: a program checks it lazily on the tokens it draws. Calls are counted in
+    ``calls``. ``fn`` is taken to be closed under prefixes (false on every extension of a
+    text it rejects, as "can this still be completed?" is); with ``prefix_closed=False``
+    it is only ever called on texts made of whole tokens.
     """
 
-    def __init__(self, fn: Callable[[str], bool]) -> None:
+    def __init__(self, fn: Callable[[str], bool], prefix_closed: bool = True) -> None:
         if not callable(fn):
             raise TypeError(f"predicate must be callable (text -> bool), got {type(fn).__name__}")
+        if not isinstance(prefix_closed, bool):
+            raise TypeError(f"prefix_closed must be a bool, got {type(prefix_closed).__name__}")
         self.fn = fn
         self.calls = 0
+        self.prefix_closed = prefix_closed
 
     def __call__(self, text: str) -> bool:
         self.calls += 1
@@ -385,16 +398,3 @@ def as_constraint(predicate: object, name: str = "predicate") -> Constraint:
             f"{name} must be callable (text -> bool) or a Constraint, got {type(predicate).__name__}"
         )
     return PredicateConstraint(predicate)
-
-
-def finish_rows(
-    masks: torch.Tensor, ends: torch.Tensor, end_ids: list[int], final: torch.Tensor
-) -> torch.Tensor:
-    """Apply the end rules to ``(B, V)`` masks in place: rows with ``final[b]`` keep only the
-    end tokens ``end_ids``, whose entries become ``ends[b]`` in every row."""
-    cols = torch.as_tensor(end_ids, device=masks.device)
-    final = final.to(masks.device)
-    if bool(final.any()):
-        masks[final] = 0
-    masks[:, cols] = ends.to(device=masks.device, dtype=masks.dtype)[:, None]
-    return masks

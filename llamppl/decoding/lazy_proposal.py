@@ -41,7 +41,22 @@ with the mask's G'_t = Z (M'_t G'_t = p 1_A token by token).
 
 *Nothing allowed.* If every token of positive probability is rejected, Z = 0
 exactly and the weight is 0 (``LazyDraw.token is None``): the particle dies with
-a named cause. The cost is then one check per token, as for the mask.
+a named cause. Scanned token by token, that costs one check per token, as the mask
+does; the next paragraph avoids it.
+
+*Long runs of rejections.* A state that allows few tokens, or none, makes the scan
+visit token after token: when Z = 0 every token of positive probability must be seen
+before the weight is known to be 0. Once a draw has rejected ``EXHAUST_AFTER`` tokens
+in a row it asks ``exhaust`` for the whole allowed set A (a text constraint lists it
+with its prefix check on the vocabulary's trie, :mod:`~llamppl.decoding.token_trie`,
+at a small fraction of the checks), within a budget of as many checks as the scan
+has made; past the budget it scans on and asks again when the count of rejections has
+doubled. Once A is known the draw is exact: a is still the first token of A in the
+same order (the token the scan would have accepted, so a ~ p(· | A)) and the weight
+is Z = Σ_{w∈A} p(w) itself, or the particle dies when A is empty. Whether the draw
+switches is decided before a is seen, and in both branches the weight has conditional
+mean Z given that decision and a (the exact Z; E[Ẑ | F_1] = Z above), so
+E[w f(a)] = Z E[f(a)] = Σ_{w∈A} p(w) f(w) still holds.
 
 *Variance.* Given F_m, Var[Ẑ] = u_m² φ (1 − φ) with φ the allowed fraction of the
 unseen mass: the stopping rule keeps u_m at most 5 % of the known allowed mass unless
@@ -82,6 +97,7 @@ import torch
 from llamppl.batching import Coalescer
 
 __all__ = [
+    "EXHAUST_AFTER",
     "FIRST_CANDIDATES",
     "Candidates",
     "LazyDraw",
@@ -97,6 +113,11 @@ FIRST_CANDIDATES = 32
 #: be allowed) below which the next check is the last one (the weight's stopping rule).
 MAX_EXTRA_CHECKS = 8
 REL_TOL = 0.05
+#: Rejections in a row after which a draw asks for the whole allowed set (when it can be listed).
+EXHAUST_AFTER = 64
+
+#: ``exhaust(budget) -> (allowed token ids or None past the budget, checks made)``.
+Exhaust = Callable[[int], tuple["list[int] | None", int]]
 
 
 class Candidates:
@@ -130,6 +151,13 @@ class Candidates:
                 return
             yield self.ids[i], lp
             i += 1
+
+    def log_probs_of(self, ids: list[int]) -> list[float]:
+        """The row's log-probabilities of ``ids`` (one host read)."""
+        if self._row is None:
+            raise ValueError("these candidates keep no row to read log-probabilities from")
+        index = torch.as_tensor(ids, dtype=torch.long, device=self._row.device)
+        return self._row.gather(0, index).double().tolist()
 
     def _more(self) -> bool:
         """Read the next candidates of this row (one host read); False when none is left."""
@@ -204,6 +232,7 @@ def awrs(
     allowed: Callable[[int], bool],
     max_extra: int = MAX_EXTRA_CHECKS,
     rel_tol: float = REL_TOL,
+    exhaust: Exhaust | None = None,
 ) -> LazyDraw:
     """Adaptive weighted rejection sampling over ``candidates`` (module docstring, AWRS weight).
 
@@ -213,16 +242,27 @@ def awrs(
     exact mass when allowed, and the last (taken once the unseen mass u is at most
     ``rel_tol`` times the mass known to be allowed, or at ``max_extra``) adds u 1_A(b)
     (the estimator of the module docstring, with a stopping rule decided before each check).
+
+    ``exhaust(budget)``, when given, lists the whole allowed set A with at most ``budget``
+    checks, or returns None past it (module docstring, "Long runs of rejections"); it is
+    tried after ``EXHAUST_AFTER`` rejections in a row, then each time their count doubles.
     """
     stream = iter(candidates)
     rejected, calls = 0.0, 0
     accepted: tuple[int, float] | None = None
+    attempt = EXHAUST_AFTER
     for w, lp in stream:
         calls += 1
         if allowed(w):
             accepted = (w, lp)
             break
         rejected += math.exp(lp)
+        if exhaust is not None and calls >= attempt:
+            attempt *= 2
+            found, checks = exhaust(calls)
+            calls += checks
+            if found is not None:
+                return _exact_draw(candidates, stream, found, calls)
     if accepted is None:
         return LazyDraw(None, -math.inf, -math.inf, calls)
     a, lp_a = accepted
@@ -245,6 +285,22 @@ def awrs(
         known += p_b if ok else 0.0
         seen += p_b
     return LazyDraw(a, math.log(known), lp_a, calls)
+
+
+def _exact_draw(
+    candidates: Candidates, stream: Iterator[tuple[int, float]], found: list[int], calls: int
+) -> LazyDraw:
+    """The draw once A = ``found`` is known: a is the first token of A in the candidates'
+    order (the token the scan would have accepted) and the weight is Z itself."""
+    log_probs = candidates.log_probs_of(found)
+    allowed = {w: lp for w, lp in zip(found, log_probs) if lp > -math.inf}
+    if not allowed:
+        return LazyDraw(None, -math.inf, -math.inf, calls)
+    log_z = float(np.logaddexp.reduce(np.array(list(allowed.values()))))
+    for w, lp in stream:  # no checks: membership in A is known
+        if w in allowed:
+            return LazyDraw(w, log_z, lp, calls)
+    raise AssertionError("an allowed token of positive probability is missing from the order")
 
 
 # ---------------------------------------------------------------- batched candidate reads
@@ -286,12 +342,14 @@ async def lazy_draw(
     rng: np.random.Generator,
     hints: list[tuple[int, float]] | None = None,
     hint_prob: float = 0.0,
+    exhaust: Exhaust | None = None,
 ) -> LazyDraw:
     """One lazy draw from ``row`` (``(V,)`` log-probs): :func:`awrs`, or with ``hints``
     (allowed tokens and their log-probs, once each) the hint mixture of the module
-    docstring, its branch's probability folded into ``log_weight``. ``hint_prob`` in [0, 1)."""
+    docstring, its branch's probability folded into ``log_weight``. ``hint_prob`` in [0, 1).
+    ``exhaust`` lists the allowed set after long runs of rejections (:func:`awrs`)."""
     if not hints or not hint_prob:
-        return awrs(await next_candidates(row, rng), allowed)
+        return awrs(await next_candidates(row, rng), allowed, exhaust=exhaust)
     lps = np.array([lp for _, lp in hints])
     log_mass = float(np.logaddexp.reduce(lps))  # log P_H
     if rng.random() < hint_prob:  # the hint branch: h ∝ p(h) on H, weight P_H / β
@@ -299,5 +357,13 @@ async def lazy_draw(
         h, lp_h = hints[int(rng.choice(len(hints), p=probs / probs.sum()))]
         return LazyDraw(h, log_mass - math.log(hint_prob), lp_h, 0)
     hinted = {h for h, _ in hints}
-    draw = awrs(await next_candidates(row, rng), lambda w: w not in hinted and allowed(w))
+    rest = None
+    if exhaust is not None:
+
+        def rest(budget: int) -> tuple[list[int] | None, int]:
+            found, checks = exhaust(budget)
+            return (None if found is None else [w for w in found if w not in hinted]), checks
+
+    cands = await next_candidates(row, rng)
+    draw = awrs(cands, lambda w: w not in hinted and allowed(w), exhaust=rest)
     return LazyDraw(draw.token, draw.log_weight - math.log1p(-hint_prob), draw.log_p, draw.calls)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from llamppl.decoding import lazy_proposal
 from llamppl.decoding.lazy_proposal import (
     FIRST_CANDIDATES,
     MAX_EXTRA_CHECKS,
@@ -49,26 +50,23 @@ def _exact(row: torch.Tensor, allowed: set[int]) -> tuple[float, np.ndarray]:
     return float(p[mask].sum()), np.where(mask, p, 0.0)
 
 
-@pytest.mark.parametrize("case", ["most", "rare"])
-def test_weight_is_unbiased_and_properly_weighted(case):
-    row = _row(1)
-    p = torch.exp(row.double()).numpy()
-    if case == "most":  # Z around 0.6: the allowed half of the tokens, heaviest ones included
-        allowed = set(range(3, V, 2))
-    else:  # Z ≈ 1e-4: one light token (its probability rescaled to 1e-4 of the mass)
-        light = int(np.argsort(p)[5])
-        lp = row.double().clone()
-        lp[light] = math.log(1e-4)
-        row = torch.log_softmax(lp, dim=0).float()
-        allowed = {light}
+def _rare(row: torch.Tensor) -> tuple[torch.Tensor, set[int]]:
+    """The row with one light token rescaled to 1e-4 of the mass, and that token allowed."""
+    light = int(np.argsort(torch.exp(row.double()).numpy())[5])
+    lp = row.double().clone()
+    lp[light] = math.log(1e-4)
+    return torch.log_softmax(lp, dim=0).float(), {light}
+
+
+def _assert_properly_weighted(draws, row: torch.Tensor, allowed: set[int]) -> None:
+    """E[Ẑ] = Z and E[Ẑ 1{a = w}] = p(w) 1_A(w) token by token, within 4 standard errors."""
     z, target = _exact(row, allowed)
-    n = 20_000
-    draws = _draws(row, allowed, n)
+    n = len(draws)
     z_hat = np.array([math.exp(d.log_weight) for d in draws])
     se = z_hat.std(ddof=1) / math.sqrt(n)
     assert abs(z_hat.mean() - z) <= 4 * se + 1e-12, (z_hat.mean(), z, se)
-    # proper weighting: E[Ẑ 1{a = w}] = p(w) 1_A(w), token by token. A token too light to be
-    # drawn has sample SE 0; since 0 <= Ẑ <= 1, Var[Ẑ 1{a=w}] <= p(w), which bounds its SE.
+    # A token too light to be drawn has sample SE 0; since 0 <= Ẑ <= 1,
+    # Var[Ẑ 1{a=w}] <= p(w), which bounds its SE.
     tokens = np.array([d.token for d in draws])
     for w in range(V):
         terms = z_hat * (tokens == w)
@@ -76,6 +74,62 @@ def test_weight_is_unbiased_and_properly_weighted(case):
         assert abs(terms.mean() - target[w]) <= 4 * se_w + 1e-12, (w, terms.mean(), target[w])
     # the draw itself is the masked LM: every accepted token is allowed
     assert set(tokens.tolist()) <= allowed
+
+
+@pytest.mark.parametrize("case", ["most", "rare"])
+def test_weight_is_unbiased_and_properly_weighted(case):
+    row = _row(1)
+    if case == "most":  # Z around 0.6: the allowed half of the tokens, heaviest ones included
+        allowed = set(range(3, V, 2))
+    else:  # Z ≈ 1e-4: one light token (its probability rescaled to 1e-4 of the mass)
+        row, allowed = _rare(row)
+    _assert_properly_weighted(_draws(row, allowed, 20_000), row, allowed)
+
+
+def _listing(allowed: set[int], cost: int, listed: list[bool]):
+    """An ``exhaust`` that lists ``allowed`` with ``cost`` checks (None under that budget);
+    ``listed`` records whether it did."""
+    listed.append(False)
+
+    def exhaust(budget: int):
+        if budget < cost:
+            return None, budget
+        listed[-1] = True
+        return sorted(allowed), cost
+
+    return exhaust
+
+
+@pytest.mark.parametrize("case", ["most", "rare", "none"])
+def test_listing_the_allowed_set_keeps_draws_and_weights_exact(case, monkeypatch):
+    """After EXHAUST_AFTER rejections the draw may list A (module docstring, "Long runs of
+    rejections"): the same token as the scan, the weight Z itself, still properly weighted."""
+    monkeypatch.setattr(lazy_proposal, "EXHAUST_AFTER", 2)
+    row = _row(6)
+    if case == "most":
+        allowed = set(range(3, V, 2))
+    elif case == "rare":
+        row, allowed = _rare(row)
+    else:
+        allowed = set()
+    z, _ = _exact(row, allowed)
+    n, cost = 4_000, 5
+    listed, scanned, did = [], [], []
+    for start in range(0, n, 1000):
+        rows = row.expand(1000, -1)
+        for a, b in zip(top_candidates(rows, start), top_candidates(rows, start)):
+            listed.append(awrs(a, lambda w: w in allowed, exhaust=_listing(allowed, cost, did)))
+            scanned.append(awrs(b, lambda w: w in allowed))
+    assert [d.token for d in listed] == [d.token for d in scanned]
+    switched = [d for d, listed_a in zip(listed, did) if listed_a]
+    if case == "none":
+        assert len(switched) == n and all(d.log_weight == -math.inf for d in listed)
+        assert all(d.calls < V - 3 for d in listed)  # fewer checks than the full scan
+        return
+    assert switched and all(math.isclose(math.exp(d.log_weight), z, rel_tol=1e-6) for d in switched)
+    if case == "rare":
+        assert len(switched) > 0.9 * n
+    _assert_properly_weighted(listed, row, allowed)
 
 
 def test_nothing_allowed_gives_weight_zero_after_every_possible_token():

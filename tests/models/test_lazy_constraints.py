@@ -17,6 +17,7 @@ import pytest
 
 from llamppl import FunctionLM, run
 from llamppl.decoding.constraints import PredicateConstraint
+from llamppl.decoding.lazy_proposal import EXHAUST_AFTER
 from llamppl.decoding.time_bound import CheckTimeout, time_bound
 from llamppl.inference import enumerate_exact, importance_sampling, smc_standard
 from llamppl.models import HardConstraint, max_word_length, regex_prefix
@@ -156,6 +157,42 @@ def test_a_draw_whose_checks_together_run_too_long_kills_its_particle():
     assert slow.calls < 0.5 * len(vocab)  # cut short: a full scan would check every token
     # the verdict is kept for the text: the second particle in the same state ends at once
     assert sorted(p.checks for p in result.particles)[0] == 0
+
+
+def test_listing_the_allowed_tokens_on_the_trie_keeps_smc_unbiased(monkeypatch):
+    """Every draw that rejects its first token lists A on the vocabulary's trie (exact Z as
+    the weight); E[Ẑ π̂(s)] = Z π(s) still holds over 300 seeded SMC runs."""
+    from llamppl.decoding import lazy_proposal
+
+    monkeypatch.setattr(lazy_proposal, "EXHAUST_AFTER", 1)
+    target, z = _brute(3, "newline")
+    model = HardConstraint(LM, PROMPT, no_double_b, max_tokens=3, stop="newline")
+    runs = [run(smc_standard(model, 4, seed=s)) for s in range(300)]
+    assert_unbiased(runs, target, z)
+
+
+class OnlyA(PredicateConstraint):
+    """Allows the texts "" and "a" only, and never an end: after "a", Z = 0."""
+
+    def accepts_end(self, text: str) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_a_dead_end_is_proved_on_the_trie_not_token_by_token(closed):
+    letters = "abcdefgh"
+    vocab = ["".join(t) for k in (1, 2, 3) for t in itertools.product(letters, repeat=k)]
+    vocab.append("<eos>")  # 584 tokens
+    lm = FunctionLM(vocab, len(vocab) - 1, lambda ctx: [0.0] * len(vocab))
+    check = OnlyA(lambda text: text in ("", "a"), prefix_closed=closed)
+    model = HardConstraint(lm, [0], check, max_tokens=4)
+    result = run(importance_sampling(model, 1, seed=0))
+    assert result.particles[0].failure == "no allowed token"
+    if closed:  # two draws ("a", then none): 64 rejections each, then the trie's first
+        # letters and the letters below "a"
+        assert check.calls <= 2 * (EXHAUST_AFTER + 2 * len(letters))
+    else:  # without closure under prefixes, every token is checked, one by one
+        assert check.calls >= len(vocab) - 1
 
 
 def test_a_backtracking_regex_is_bounded_by_the_regex_engines_own_timeout():
