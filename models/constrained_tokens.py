@@ -25,7 +25,7 @@ from llamppl.context import LMContext
 from llamppl.decoding.constraints import AllOf, Constraint
 from llamppl.decoding.lazy_proposal import Exhaust
 from llamppl.decoding.time_bound import CheckTimeout, current_bound
-from llamppl.decoding.token_trie import token_trie
+from llamppl.decoding.token_trie import TrieWalk, token_trie
 from llamppl.distributions import Distribution
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import PerLM, lm_table
@@ -310,6 +310,7 @@ class TokenCheck:
         self.costly_allows, self.end_ids, self.ends = costly_allows, tuple(end_ids), set(end_ids)
         self.only_end, self.left, self.counted = only_end, left, counted
         self.text_check = costly_text_check(lm, constraint, state)
+        self.walk: TrieWalk | None = None  # the listing of exhaust, resumed across calls
         self.end_ok: list[bool] = []
         self.bound, self.spent = current_bound(), 0.0  # seconds spent in this draw's checks
         self.timed_out = constraint.__dict__.setdefault("_timed_out_scans", set())
@@ -370,16 +371,21 @@ class TokenCheck:
 
     def exhaust(self, budget: int) -> tuple[list[int] | None, int]:
         """``(A, checks)``: every allowed token (end tokens included), listed with the text
-        check on the vocabulary's trie (:class:`~llamppl.decoding.token_trie.TokenTrie`)
-        in at most ``budget`` checks; ``(None, checks)`` past the budget."""
+        check on the vocabulary's trie (:class:`~llamppl.decoding.token_trie.TrieWalk`),
+        continuing the walk of earlier calls for at most ``budget`` more checks;
+        ``(None, checks)`` while the walk is unfinished."""
         text_check = self.text_check
         assert text_check is not None, "exhaust needs a text check (see exhauster)"
+        if self.walk is None:
 
-        def node(x: str) -> bool:
-            self.counted()
-            return self._timed(text_check, x)
+            def node(x: str) -> bool:
+                self.counted()
+                return self._timed(text_check, x)
 
-        found, checks = token_trie(self.lm, self.end_ids).allowed(node, budget)
+            self.walk = TrieWalk(token_trie(self.lm, self.end_ids), node)
+        before = self.walk.checks
+        found = self.walk.run(budget)
+        checks = self.walk.checks - before
         if found is None:
             return None, checks
         found = [w for w in found if self._reachable(w)]

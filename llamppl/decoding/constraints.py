@@ -23,28 +23,20 @@ enforces any of them and ``&`` composes any two:
     The optional batched mask: ``masks[b, w]`` is ``allows(states[b], w)`` for ordinary
     tokens and ``ends(states[b])`` for every id in ``lm.eos_token_ids``, for all particles
     at once, on ``lm.device``. ``cheap_mask`` says whether it is cheap (tensor operations,
-    an engine call); the default computes it with one check per token, the reference
-    the tests compare vectorised masks against.
+    an engine call); the default checks tokens (listed on a trie: ``text_check``).
 ``c.forced(lm, state) -> int | None``
     Optional: the one token allowed next, when exactly one (not EOS) is.
 ``c.reachable(lm, state, tokens_left) -> bool``
     Optional: False when no completion of at most ``tokens_left`` more tokens (the end
     token included) can pass the complete check, so the particle ends now instead of
     walking into a dead end a count makes certain (default True: no budget reasoning).
-``c.need(lm, state) -> int``
-    Optional: a sound lower bound on the tokens (end token included) any completion that
-    passes still needs (default 0: unknown). It guides particles (``HardConstraint``'s
-    ``need_twist``); it never changes the target.
-``c.missing(lm, state) -> int``
-    Optional: how many of the constraint's given targets (a word at a position, each word
-    of a paragraph's required last sentence, a sentence a count's floor still lacks) the
-    prefix has not yet certainly met (default 0: none named). It guides particles
-    (``HardConstraint``'s ``target_twist``); it never changes the target.
-``c.hint(lm, state) -> tuple[int, ...]``
-    Optional: tokens that write what the constraint asks for next (the first token of a
-    word required at the position being written, the next token of a paragraph's required
-    last sentence); default ``()``. A suggestion the lazy proposal may draw with an exact
-    weight; it never changes the target.
+``c.need(lm, state) -> int``, ``c.missing(lm, state) -> int``, ``c.hint(lm, state)``
+    Optional guides, never changing the target: a sound lower bound on the tokens (end
+    included) any passing completion still needs (``need_twist``); how many given targets
+    (a word at a position, each word of a paragraph's required last sentence, a sentence
+    a count's floor lacks) the prefix has not yet certainly met (``target_twist``); tokens
+    that write what the constraint asks for next, which the lazy proposal may draw with an
+    exact weight (``hint_prob``). Defaults: 0, 0, ``()``.
 ``c.budget_mask(lm, state, tokens_left) -> (V,) bool | None``
     Optional: a superset of the tokens ``w`` after which ``reachable(lm, state·w,
     tokens_left - 1)`` may hold (end tokens True), or None for "any token" (the default).
@@ -84,6 +76,7 @@ from llamppl.lm.memo import LRU
 
 from .mask_rows import finish_rows
 from .time_bound import bounded_call
+from .token_trie import token_trie
 
 __all__ = [
     "Constraint",
@@ -126,10 +119,15 @@ class Constraint:
         return bool(self(text))
 
     def allowed_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
-        """``(V,)`` bool: which next tokens keep ``text`` in the set C (one check per token)."""
+        """``(V,)`` bool: which next tokens keep ``text`` in the set C, listed on the vocabulary's
+        trie when the check is closed under prefixes (:meth:`text_check`), else token by token."""
         mask = torch.zeros(lm.vocab_size, dtype=torch.bool)
         if bounded_call(self, text):
-            mask = torch.tensor([bool(bounded_call(self, text + t)) for t in lm.vocab])
+            check = self.text_check(lm, text)
+            if check is None:
+                mask = torch.tensor([bool(bounded_call(self, text + t)) for t in lm.vocab])
+            else:
+                mask[token_trie(lm, lm.eos_token_ids).allowed(check)[0]] = True
             mask[list(lm.eos_token_ids)] = bool(bounded_call(self.accepts_end, text))
         return mask.to(lm.device)
 

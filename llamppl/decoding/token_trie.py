@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import lm_table
 
-__all__ = ["TokenTrie", "token_trie"]
+__all__ = ["TokenTrie", "TrieWalk", "token_trie"]
 
 
 class _Node:
@@ -87,28 +87,39 @@ class TokenTrie:
 
         ``check(x)`` answers for the constraint's text followed by ``x`` and must be closed
         under prefixes. With ``budget``, the walk stops after that many checks and returns
-        ``(None, budget)``: the caller falls back on checking tokens one by one.
+        ``(None, budget)`` (:class:`TrieWalk` resumes a walk instead).
         """
-        ids: list[int] = []
-        checks = 0
-        if self.root_ids:
-            checks += 1
-            if check(""):
-                ids.extend(self.root_ids)
-        stack = [("", self.children)]
-        while stack:
-            prefix, children = stack.pop()
-            for label, node_ids, kids in children:
-                if budget is not None and checks >= budget:
-                    return None, checks
-                text = prefix + label
-                checks += 1
-                if not check(text):
-                    continue  # every token below starts with a rejected text
-                ids.extend(node_ids)
-                if kids:
-                    stack.append((text, kids))
-        return ids, checks
+        walk = TrieWalk(self, check)
+        return walk.run(budget), walk.checks
+
+
+class TrieWalk:
+    """A walk of a :class:`TokenTrie` with one check, in steps: :meth:`run` continues where
+    the last call stopped, so a walk cut by a budget loses none of its checks."""
+
+    def __init__(self, trie: TokenTrie, check: Callable[[str], bool]) -> None:
+        self.check, self.checks, self.ids = check, 0, []
+        # (text of the node, tokens ending there, its children); the root's text is ""
+        self.pending = [("", trie.root_ids, trie.children)] if trie.root_ids else []
+        self.pending += [(label, ids, kids) for label, ids, kids in trie.children]
+        self.root = trie.children
+
+    def run(self, budget: int | None = None) -> list[int] | None:
+        """Check at most ``budget`` more nodes (None: no bound); the allowed tokens once the
+        walk is complete, else None."""
+        spent = 0
+        while self.pending:
+            if budget is not None and spent >= budget:
+                return None
+            text, ids, kids = self.pending.pop()
+            spent += 1
+            self.checks += 1
+            if not self.check(text):
+                continue  # every token below starts with a rejected text
+            self.ids.extend(ids)
+            if kids is not self.root:  # the root's children are queued already
+                self.pending.extend((text + label, i, k) for label, i, k in kids)
+        return self.ids
 
 
 def token_trie(lm: LanguageModel, skip: Sequence[int] = ()) -> TokenTrie:

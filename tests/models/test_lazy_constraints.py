@@ -193,6 +193,10 @@ def test_a_dead_end_is_proved_on_the_trie_not_token_by_token(closed):
         assert check.calls <= 2 * (EXHAUST_AFTER + 2 * len(letters))
     else:  # without closure under prefixes, every token is checked, one by one
         assert check.calls >= len(vocab) - 1
+    check.calls = 0  # the default mask lists the tokens the same way
+    expected = [t in ("a",) for t in vocab[:-1]] + [False]
+    assert check.allowed_mask(lm, "").tolist() == expected
+    assert check.calls < len(vocab) // 10 if closed else check.calls >= len(vocab)
 
 
 def test_a_backtracking_regex_is_bounded_by_the_regex_engines_own_timeout():
