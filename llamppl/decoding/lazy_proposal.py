@@ -49,9 +49,9 @@ visit token after token: when Z = 0 every token of positive probability must be 
 before the weight is known to be 0. Once a draw has rejected ``EXHAUST_AFTER`` tokens
 in a row it asks ``exhaust`` for the whole allowed set A (a text constraint lists it
 with its prefix check on the vocabulary's trie, :mod:`~llamppl.decoding.token_trie`,
-at a small fraction of the checks), within a budget of as many checks as the scan
-has made; past the budget it scans on and asks again when the count of rejections has
-doubled. Once A is known the draw is exact: a is still the first token of A in the
+at a small fraction of the checks), within a budget of as many checks as the draw
+has made; past the budget it scans on, and once its checks have doubled the listing
+goes on where it stopped. Once A is known the draw is exact: a is still the first token of A in the
 same order (the token the scan would have accepted, so a ~ p(· | A)) and the weight
 is Z = Σ_{w∈A} p(w) itself, or the particle dies when A is empty. Whether the draw
 switches is decided before a is seen, and in both branches the weight has conditional
@@ -245,7 +245,7 @@ def awrs(
 
     ``exhaust(budget)``, when given, lists the whole allowed set A with at most ``budget``
     checks, or returns None past it (module docstring, "Long runs of rejections"); it is
-    tried after ``EXHAUST_AFTER`` rejections in a row, then each time their count doubles.
+    tried after ``EXHAUST_AFTER`` rejections in a row, then each time the draw's checks double.
     """
     stream = iter(candidates)
     rejected, calls = 0.0, 0
