@@ -84,6 +84,8 @@ QUOTES = ("'", '"')
 OPENER = re.compile(r"[.?!]\s+[.,;:!?'\"]")  # a mark or quote opening a sentence (inside)
 START_OPENER = re.compile(r"^\s*[.,;:!?'\"]")  # one opening the text's first sentence
 SENTENCE_GAP = re.compile(r"(^\s*|[.?!]\s+)$")  # a sentence may start right after this
+OPEN_QUOTE = re.compile(r"(?<=\W)['\"]")  # a quote after a space, mark or quote (inside)
+LOOSE = re.compile(r"(?<=\W)['\"]|\s[.,;:!?]| {2}")  # that, a mark after a space, two spaces
 MAX_RUN = 20  # characters between whitespace, unless a target has a longer run
 
 
@@ -106,7 +108,10 @@ class PlainCharacters(Constraint):
     ``thivestruthincorracan...``, one endless word for the judge); without
     ``open_marks``, no mark or quote opens a sentence (``. 'Based,`` or ``.  ,`` leave
     Punkt's break before them undecided for good, so the prefix check cannot refuse what
-    follows; quotes after a comma or inside words stay). Exact, with a cheap mask from
+    follows), a quote follows a letter (``It's``, ``students'``), never a space, a mark or
+    a quote (``,  'Denched``, ``And,'smallville``: the word split stays undecided, and every
+    particle of such COLLIE runs died there), and no mark follows a space and no space
+    another (``late,   ,  ,``; a sentence padded with spaces). Exact, with a cheap mask from
     per-LM tables. It keeps particles out of text the prefix analysis cannot read
     (brackets, URLs, digits, runs glued by dots, endless words), where no unit is certain
     and a dead end would only show at the token limit (or after a scan of the vocabulary).
@@ -130,7 +135,7 @@ class PlainCharacters(Constraint):
         """The rules inside ``text``, as if a word came before it."""
         if self.max_run is not None and any(len(r) > self.max_run for r in text.split()):
             return False
-        if not self.open_marks and OPENER.search(text):
+        if not self.open_marks and (OPENER.search(text) or LOOSE.search(text)):
             return False
         return all(ch in self.chars for ch in text) and not (
             self.spaced_marks and GLUED.search(text)
@@ -138,7 +143,9 @@ class PlainCharacters(Constraint):
 
     def allowed_mask(self, lm: Any, text: str) -> torch.Tensor:
         key = ("bench_collie.plain", repr(self))
-        plain, spaced, lead, opener, spaced_opener = lm_table(lm, key, self._tables)
+        plain, spaced, lead, opener, spaced_opener, quote, mark, space = lm_table(
+            lm, key, self._tables
+        )
         ok = self(text)  # one scan of the text per mask
         mask = plain.clone() if ok else torch.zeros_like(plain)
         if self.spaced_marks and text[-1:] in tuple(".,;:!?"):
@@ -149,19 +156,28 @@ class PlainCharacters(Constraint):
             mask &= ~opener  # no mark or quote opens the sentence that may start here
         elif not self.open_marks and text[-1:] in tuple(".?!"):
             mask &= ~spaced_opener  # nor after the space the token brings
+        if not self.open_marks and OPEN_QUOTE.search(text[-1:] + "'"):
+            mask &= ~quote  # a quote only right after a letter
+        if not self.open_marks and text[-1:].isspace():
+            mask &= ~(mark | space) if text[-1] == " " else ~mark  # no mark, space after a space
         mask[list(lm.eos_token_ids)] = ok
         return mask.to(lm.device)
 
     def _tables(self, lm: Any) -> tuple[torch.Tensor, ...]:
         """Per token: passes inside a text; starts with whitespace or a quote; the length of
         its leading run (up to its first whitespace); a mark or quote after its leading
-        whitespace, if any; the same after some whitespace."""
+        whitespace, if any; the same after some whitespace; starts with a quote, a mark, a
+        space."""
         plain = torch.tensor([self._inner(t) for t in lm.vocab])
         spaced = torch.tensor([t[:1] in ("", *QUOTES) or t[0].isspace() for t in lm.vocab])
         lead = torch.tensor([len(RUN_START.match(t).group()) for t in lm.vocab])
         opens = [bool(START_OPENER.match(t)) for t in lm.vocab]
         spaced_opens = [o and t[:1].isspace() for o, t in zip(opens, lm.vocab)]
-        return plain, spaced, lead, torch.tensor(opens), torch.tensor(spaced_opens)
+        quote = torch.tensor([t[:1] in QUOTES for t in lm.vocab])
+        mark = torch.tensor([t[:1] in tuple(".,;:!?") for t in lm.vocab])
+        space = torch.tensor([t[:1] == " " for t in lm.vocab])
+        opens, spaced_opens = torch.tensor(opens), torch.tensor(spaced_opens)
+        return plain, spaced, lead, opens, spaced_opens, quote, mark, space
 
     def __repr__(self) -> str:
         extra = "".join(sorted(self.chars - PLAIN))
@@ -183,9 +199,10 @@ def plain_characters(inst: dict, constraint: Constraint) -> PlainCharacters:
     """The program's :class:`PlainCharacters` for one instance and its constraint: newlines
     only where paragraphs are asked for; the targets' characters allowed; where words or
     sentences are counted or placed (not for character constraints, whose texts need no
-    word split): runs capped at ``MAX_RUN`` (or a target's longest run), no mark or quote
-    opening a sentence unless a target starts so, and marks spaced unless a target glues
-    one (``U.S.``)."""
+    word split): runs capped at ``MAX_RUN`` (or a target's longest run), plain spacing and
+    quoting (no mark or quote opening a sentence, no quote after a space or mark, no mark
+    after a space, no two spaces) unless a target breaks those rules, and marks spaced unless
+    a target glues one (``U.S.``)."""
     from llamppl.decoding.constraints import AllOf
     from llamppl.decoding.text_structure import CharCount, CharsAt
 
@@ -200,5 +217,7 @@ def plain_characters(inst: dict, constraint: Constraint) -> PlainCharacters:
         "".join(strings),
         spaced_marks=not (characters or glued),
         max_run=None if characters else max([MAX_RUN, *map(len, runs)]),
-        open_marks=characters or any(START_OPENER.match(r) for r in runs),
+        open_marks=characters
+        or any(START_OPENER.match(r) for r in runs)
+        or any(OPENER.search(t) or LOOSE.search(t) for t in strings),
     )

@@ -30,7 +30,7 @@ def test_plain_characters_admit_the_targets_own_characters_and_space_the_marks()
     inst = {"targets": [11, ["jaw", "Pre-Palaeolithic", "II"]]}
     plain = collie_program.plain_characters(inst, word_count(exactly=11))
     assert plain.spaced_marks and {"-", "P", "I"} <= plain.chars
-    assert plain("Pre-Palaeolithic jaw. Pre, 'jaw.'") and not plain("(jaw)")
+    assert plain("Pre-Palaeolithic jaw. Pre, jaw's.") and not plain("(jaw)")
     assert not plain("a\nb") and not plain("jaw.Pre") and not plain("jaw...")
     assert not collie_program.PlainCharacters(newlines=False)("Pre-Palaeolithic")
     glued = collie_program.plain_characters({"targets": ["U.S."]}, paragraph_count(exactly=2))
@@ -41,7 +41,12 @@ def test_plain_characters_admit_the_targets_own_characters_and_space_the_marks()
     assert plain("a" * 20 + " jaw") and not plain("a" * 21 + " jaw")  # no endless words
     long = collie_program.plain_characters({"targets": ["x" * 25]}, word_count(exactly=3))
     assert long.max_run == 25 and long("x" * 25)  # a target's own run always fits
-    assert not plain.open_marks and plain("It's the students' 'jaw'.") and not plain("A. 'jaw")
+    assert not plain.open_marks and plain("It's the students' jaw.") and not plain("A. 'jaw")
+    assert not plain("the 'jaw'") and not plain("And,'jaw") and not plain("A: ''")  # quotes
+    assert plain("the jaws' Pre")  # a quote right after a letter stays
+    assert not plain("jaw  Pre") and not plain("jaw , Pre") and plain("jaw, Pre")  # spacing
+    loose = collie_program.plain_characters({"targets": ["a  b"]}, word_count(exactly=3))
+    assert loose.open_marks and loose("a  b")  # a target's own spacing always fits
     assert not plain("A.  , jaw") and not plain("'jaw")  # no mark or quote opens a sentence
     assert word.open_marks and word("'jaw")
     assert collie_program.plain_characters({"targets": ["'Tis"]}, word_count(exactly=3)).open_marks
@@ -59,10 +64,16 @@ def test_plain_characters_admit_the_targets_own_characters_and_space_the_marks()
             "Pr jaw",
             "a ",
             "a. ",
+            "a,",
+            "a'",
+            "a,'",
+            "a\n",
         ]
-        for text in texts:  # mask = per-token check
+        for text in texts:  # mask = per-token check (and the trie listing of the default mask)
+            scan = [c(text + t) for t in VOCAB[:-1]] + [c.accepts_end(text)]
+            scan = scan if c(text) else [False] * len(VOCAB)
             fast = c.allowed_mask(LM, text)
-            assert fast.tolist() == Constraint.allowed_mask(c, LM, text).tolist(), text
+            assert fast.tolist() == scan == Constraint.allowed_mask(c, LM, text).tolist(), text
 
 
 def test_the_token_budget_leaves_room_for_a_sentence_around_required_words():
