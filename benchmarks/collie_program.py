@@ -85,7 +85,8 @@ OPENER = re.compile(r"[.?!]\s+[.,;:!?'\"]")  # a mark or quote opening a sentenc
 START_OPENER = re.compile(r"^\s*[.,;:!?'\"]")  # one opening the text's first sentence
 SENTENCE_GAP = re.compile(r"(^\s*|[.?!]\s+)$")  # a sentence may start right after this
 OPEN_QUOTE = re.compile(r"(?<=\W)['\"]")  # a quote after a space, mark or quote (inside)
-LOOSE = re.compile(r"(?<=\W)['\"]|\s[.,;:!?]| {2}")  # that, a mark after a space, two spaces
+# an open quote, a mark after a space, two spaces
+LOOSE = re.compile(OPEN_QUOTE.pattern + r"|\s[.,;:!?]| {2}")
 MAX_RUN = 20  # characters between whitespace, unless a target has a longer run
 
 

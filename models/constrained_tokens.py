@@ -224,12 +224,17 @@ def one_of(name: str, value: object, allowed: tuple[str, ...]) -> str:
     return value  # type: ignore[return-value]
 
 
+def is_split(c: Constraint) -> bool:
+    """Whether a lazy draw masks with some parts of ``c`` and checks the others per token."""
+    return isinstance(c, AllOf) and bool(c.cheap_parts) and bool(c.costly_parts)
+
+
 def split_costly(
     lm: LanguageModel, c: Constraint
 ) -> tuple[tuple[int, ...] | None, Callable[[Any, int], bool]]:
     """For a lazy draw: the cheap parts of ``c`` to mask with (None: none) and the check of
     the others on one token (``allows(state, w)``)."""
-    if isinstance(c, AllOf) and c.cheap_parts and c.costly_parts:
+    if is_split(c):
         costly = c.costly_parts
 
         def allows(state: Any, w: int) -> bool:
@@ -268,7 +273,7 @@ def costly_text_check(lm: LanguageModel, c: Constraint, state: Any) -> Callable[
     """The text check (:meth:`~llamppl.decoding.constraints.Constraint.text_check`) of the parts
     :func:`split_costly` leaves to per-token checks, or None when one of them has none."""
     if isinstance(c, AllOf):
-        costly = c.costly_parts if c.cheap_parts and c.costly_parts else range(len(c.parts))
+        costly = c.costly_parts if is_split(c) else range(len(c.parts))
         checks = [c.parts[i].text_check(lm, state[i]) for i in costly]
     else:
         checks = [c.text_check(lm, state)]
