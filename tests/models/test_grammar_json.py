@@ -192,6 +192,10 @@ KEYS = ["<s>", "{", "}", '"a":1', '"b":1', ",", "<eos>"]
 LISTED = {"type": "object", "properties": {"a": {"type": "integer"}}}
 
 
+# KEYS has no '"' token: after "{" of an open object llguidance forces '"' and its mask lists the
+# tokens that may follow it, so a particle draws one, the engine rejects it and the particle dies
+# with a RuntimeWarning (once per cause and process). Its weight is zero: the results stay exact.
+@pytest.mark.filterwarnings("ignore:llguidance failed:RuntimeWarning")
 @pytest.mark.parametrize("closed", [True, False])
 def test_closed_objects_are_part_of_the_target(closed):
     """Closed objects (the default) keep only listed keys; the posterior is exact for it."""
