@@ -9,7 +9,7 @@ target words that must still be written (:mod:`~llamppl.decoding.text_budget`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -203,3 +203,16 @@ class TextStructure(Constraint):
         """The memoised prefix check of ``state + token``, its analysis started from ``state``'s."""
         self.view_of(state + lm.vocab[token], state)
         return super().allows(lm, state, token)
+
+    def text_check(self, lm: LanguageModel, state: Any) -> Callable[[str], bool] | None:
+        """The memoised prefix check of ``state + x`` for any string ``x``, as :meth:`allows`
+        (the trie listing of :mod:`~llamppl.decoding.token_trie`). The check is closed under
+        prefixes: it rejects a text only when no completion of it can pass."""
+        if not (self.prefix_closed and isinstance(state, str)):
+            return None
+
+        def check(x: str) -> bool:
+            self.view_of(state + x, state)
+            return self._checked(False, state + x)
+
+        return check
