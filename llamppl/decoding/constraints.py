@@ -106,8 +106,9 @@ class Constraint:
     objects are immutable: cloning a particle shares them.
     """
 
-    #: The prefix check rejects every extension of a text it rejects ("can still be completed"
-    #: does); then :meth:`text_check` may list allowed tokens on the vocabulary's trie.
+    #: The prefix check rejects a text only when no completion of it passes ("can still be
+    #: completed" does, and then rejects every extension too); then :meth:`text_check` may list
+    #: allowed tokens on the vocabulary's trie (:mod:`~llamppl.decoding.token_trie`).
     prefix_closed: bool = True
 
     # ------------------------------------------------------------ text interface

@@ -58,6 +58,15 @@ switches is decided before a is seen, and in both branches the weight has condit
 mean Z given that decision and a (the exact Z; E[Ẑ | F_1] = Z above), so
 E[w f(a)] = Z E[f(a)] = Σ_{w∈A} p(w) f(w) still holds.
 
+The listing may find fewer tokens than the scan accepts, A' ⊊ A, when the check is sound
+(it rejects a text only when no completion of it passes) but not closed under prefixes:
+COLLIE's word checks reject ``praisit`` but not ``praisité``, so the token ``ité`` after
+``prais`` is in A and not in A'. The listed branch then draws a ∝ p on A' with weight
+p(A'): E[w 1{a=w}] is p(w) for w ∈ A' as before, and less than p(w) for w ∈ A − A'. Every
+such w leads to texts no completion of which passes, whose final weight is 0 either way,
+so the run's Ẑ and posterior keep their expectations (``tests/models/
+test_lazy_constraints.py``, ``test_a_sound_check_not_closed_under_prefixes_...``).
+
 *Variance.* Given F_m, Var[Ẑ] = u_m² φ (1 − φ) with φ the allowed fraction of the
 unseen mass: the stopping rule keeps u_m at most 5 % of the known allowed mass unless
 eight extra checks did not get there, so the weight's relative error is a few percent

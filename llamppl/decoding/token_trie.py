@@ -20,10 +20,14 @@ The lazy proposal (:mod:`~llamppl.decoding.lazy_proposal`) calls it when a draw 
 rejected many tokens in a row: a state that allows few tokens (or none, Z = 0) would
 otherwise be scanned token by token over the whole vocabulary.
 
-It relies on the check being closed under prefixes, which is what a prefix check means.
-A constraint whose check is not (a predicate that rejects ``"ab"`` but accepts ``"abc"``)
-sets ``prefix_closed = False`` (:class:`~llamppl.decoding.constraints.Constraint`) and is
-only ever checked on whole tokens.
+On a check closed under prefixes the listing is exactly the tokens the token-by-token scan
+accepts. A check that is only *sound* (it rejects a text only when no completion passes,
+but may accept a longer text it cannot yet decide: COLLIE's word checks reject ``praisit``
+and accept ``praisité``) lists a subset that leaves out only such dead tokens, which keeps
+the lazy draw's target exact (:mod:`~llamppl.decoding.lazy_proposal`, "Long runs of
+rejections"). A check that may reject a text some completion of which passes (a predicate
+that rejects ``"ab"`` but accepts ``"abc"`` as a good prefix) sets ``prefix_closed = False``
+(:class:`~llamppl.decoding.constraints.Constraint`) and is only ever checked on whole tokens.
 """
 
 from __future__ import annotations

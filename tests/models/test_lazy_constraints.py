@@ -171,6 +171,38 @@ def test_listing_the_allowed_tokens_on_the_trie_keeps_smc_unbiased(monkeypatch):
     assert_unbiased(runs, target, z)
 
 
+NO_A_VOCAB = ["a", "aa", "ba", "ca", "ab", "b", "c", "\n", "<eos>"]
+NO_A_LM = FunctionLM(  # likely tokens that end in "a" make draws reject, then list
+    NO_A_VOCAB, 8, lambda ctx: [2.0] * 4 + [1.5, 0.3 * len(ctx), 0.3, -0.5, len(ctx) - 2.0]
+)
+
+
+class NoA(PredicateConstraint):
+    """A finished text holds no "a". The prefix check rejects a text that ends in "a" (sound:
+    no completion of it can pass) but not "ab": it is not closed under prefixes, so the trie
+    lists fewer tokens than the scan accepts (A' ⊊ A, as COLLIE's checks on non-ASCII words)."""
+
+    def accepts_end(self, text: str) -> bool:
+        return "a" not in text
+
+
+def test_a_sound_check_not_closed_under_prefixes_keeps_smc_unbiased(monkeypatch):
+    """The listing leaves out "ab" (likely, and dead), which the scan accepts; the draws that
+    list still give E[Ẑ π̂(s)] = Z π(s) over 300 seeded SMC runs (lazy_proposal, "Long runs")."""
+    from llamppl.decoding import lazy_proposal
+    from llamppl.decoding.token_trie import token_trie
+
+    check, ab = NoA(lambda text: not text.endswith("a")), NO_A_VOCAB.index("ab")
+    listed, _ = token_trie(NO_A_LM, [8]).allowed(check.text_check(NO_A_LM, ""))
+    assert ab not in listed and check.allows(NO_A_LM, "", ab)
+    sampled = HardConstraint(NO_A_LM, [5], check, "sample", 3, stop="newline")
+    exact = run(enumerate_exact(sampled))  # G = 1_C per token: the target, with the scan's A
+    monkeypatch.setattr(lazy_proposal, "EXHAUST_AFTER", 1)
+    model = HardConstraint(NO_A_LM, [5], check, max_tokens=3, stop="newline")
+    runs = [run(smc_standard(model, 4, seed=s)) for s in range(300)]
+    assert_unbiased(runs, exact.posterior, math.exp(exact.log_ml))
+
+
 class OnlyA(PredicateConstraint):
     """Allows the texts "" and "a" only, and never an end: after "a", Z = 0."""
 
