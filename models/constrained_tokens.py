@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,17 +21,12 @@ import torch
 
 from llamppl.batching import Coalescer
 from llamppl.context import LMContext
-from llamppl.decoding.constraints import AllOf, Constraint
-from llamppl.decoding.lazy_proposal import Exhaust
-from llamppl.decoding.time_bound import CheckTimeout, current_bound
-from llamppl.decoding.token_trie import TrieWalk, token_trie
+from llamppl.decoding.constraints import Constraint
 from llamppl.distributions import Distribution
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import PerLM, lm_table
 from llamppl.rng import current_rng
 from llamppl.token import Token
-
-SCAN_BOUNDS = 10  # one lazy draw's checks together may run this many check time bounds
 
 __all__ = [
     "MaskedNextToken",
@@ -43,10 +37,7 @@ __all__ = [
     "end_token_ids",
     "is_text_state",
     "one_of",
-    "split_costly",
     "allowed_hints",
-    "TokenCheck",
-    "costly_text_check",
 ]
 
 
@@ -224,26 +215,6 @@ def one_of(name: str, value: object, allowed: tuple[str, ...]) -> str:
     return value  # type: ignore[return-value]
 
 
-def is_split(c: Constraint) -> bool:
-    """Whether a lazy draw masks with some parts of ``c`` and checks the others per token."""
-    return isinstance(c, AllOf) and bool(c.cheap_parts) and bool(c.costly_parts)
-
-
-def split_costly(
-    lm: LanguageModel, c: Constraint
-) -> tuple[tuple[int, ...] | None, Callable[[Any, int], bool]]:
-    """For a lazy draw: the cheap parts of ``c`` to mask with (None: none) and the check of
-    the others on one token (``allows(state, w)``)."""
-    if is_split(c):
-        costly = c.costly_parts
-
-        def allows(state: Any, w: int) -> bool:
-            return all(c.parts[i].allows(lm, state[i], w) for i in costly)
-
-        return c.cheap_parts, allows
-    return None, lambda state, w: c.allows(lm, state, w)
-
-
 def allowed_hints(
     constraint: Constraint,
     lm: LanguageModel,
@@ -267,133 +238,3 @@ def allowed_hints(
             if allowed(h):
                 out.append((h, lp))
     return out, checked
-
-
-def costly_text_check(lm: LanguageModel, c: Constraint, state: Any) -> Callable[[str], bool] | None:
-    """The text check (:meth:`~llamppl.decoding.constraints.Constraint.text_check`) of the parts
-    :func:`split_costly` leaves to per-token checks, or None when one of them has none."""
-    if isinstance(c, AllOf):
-        costly = c.costly_parts if is_split(c) else range(len(c.parts))
-        checks = [c.parts[i].text_check(lm, state[i]) for i in costly]
-    else:
-        checks = [c.text_check(lm, state)]
-    if not checks or any(f is None for f in checks):
-        return None
-    if len(checks) == 1:
-        return checks[0]
-    return lambda x: all(f(x) for f in checks)  # type: ignore[misc]
-
-
-class TokenCheck:
-    """The lazy draw's check of one token after ``state`` (``check(w)``): an end token iff
-    the complete check passes (asked once), no other token when ``only_end``, else
-    ``costly_allows`` (:func:`split_costly`'s check of the parts not masked) and, with
-    ``left`` tokens in the budget, reachability in the ``left - 1`` after it. ``counted()``
-    is called once per check made. :meth:`exhaust` lists every allowed token at once when
-    the constraint has a text check (``text_check``, :func:`costly_text_check`).
-
-    The checks of one draw together run under ``SCAN_BOUNDS`` times the current check
-    bound (:func:`~llamppl.decoding.time_bound.current_bound`): a prefix check that admits
-    a text no token can extend makes the draw scan the whole vocabulary, which for a
-    check of milliseconds takes minutes; past the bound :class:`CheckTimeout` ends the
-    particle (the one approximation, as for a single check that overruns). The verdict is
-    kept on the constraint for the text, budget and bound, so the particle's clones from
-    resampling end at once instead of scanning again."""
-
-    def __init__(
-        self,
-        constraint: Constraint,
-        lm: LanguageModel,
-        state: Any,
-        costly_allows: Callable[[Any, int], bool],
-        end_ids: Sequence[int],
-        only_end: bool,
-        left: int | None,
-        counted: Callable[[], None],
-    ) -> None:
-        self.constraint, self.lm, self.state = constraint, lm, state
-        self.costly_allows, self.end_ids, self.ends = costly_allows, tuple(end_ids), set(end_ids)
-        self.only_end, self.left, self.counted = only_end, left, counted
-        self.text_check = costly_text_check(lm, constraint, state)
-        self.walk: TrieWalk | None = None  # the listing of exhaust, resumed across calls
-        self.end_ok: list[bool] = []
-        self.bound, self.spent = current_bound(), 0.0  # seconds spent in this draw's checks
-        self.timed_out = constraint.__dict__.setdefault("_timed_out_scans", set())
-        self.key = (state, left, self.bound) if is_text_state(state) else None
-
-    def _check(self, w: int) -> bool:
-        c, lm, state = self.constraint, self.lm, self.state
-        if w in self.ends:
-            if not self.end_ok:
-                self.counted()
-                self.end_ok.append(c.ends(lm, state))
-            return self.end_ok[0]
-        if self.only_end:
-            return False
-        self.counted()
-        if not self.costly_allows(state, w):
-            return False
-        return self._reachable(w)
-
-    def _reachable(self, w: int) -> bool:
-        c, state, left = self.constraint, self.state, self.left
-        if left is None or not is_text_state(state):  # only text states advance purely
-            return True
-        return c.reachable(self.lm, c.advance(self.lm, state, w), left - 1)
-
-    def _timed(self, check: Callable[[Any], bool], arg: Any) -> bool:
-        bound = self.bound
-        if bound is None:
-            return check(arg)
-        if self.spent > SCAN_BOUNDS * bound or (
-            self.key is not None and self.key in self.timed_out
-        ):
-            if self.key is not None:
-                self.timed_out.add(self.key)
-            raise CheckTimeout(
-                f"check timed out (one draw's checks ran over {SCAN_BOUNDS * bound:g} s)"
-            )
-        start = time.monotonic()
-        try:
-            return check(arg)
-        finally:
-            self.spent += time.monotonic() - start
-
-    def __call__(self, w: int) -> bool:
-        return self._timed(self._check, w)
-
-    def exhauster(self, exclude: set[int] = frozenset()) -> Exhaust | None:  # type: ignore[assignment]
-        """:meth:`exhaust` without the tokens ``exclude`` (hints already drawn from), or None
-        when the constraint has no text check or only end tokens may come."""
-        if self.text_check is None or self.only_end:
-            return None
-
-        def exhaust(budget: int) -> tuple[list[int] | None, int]:
-            found, checks = self.exhaust(budget)
-            return (None if found is None else [w for w in found if w not in exclude]), checks
-
-        return exhaust
-
-    def exhaust(self, budget: int) -> tuple[list[int] | None, int]:
-        """``(A, checks)``: every allowed token (end tokens included), listed with the text
-        check on the vocabulary's trie (:class:`~llamppl.decoding.token_trie.TrieWalk`),
-        continuing the walk of earlier calls for at most ``budget`` more checks;
-        ``(None, checks)`` while the walk is unfinished."""
-        text_check = self.text_check
-        assert text_check is not None, "exhaust needs a text check (see exhauster)"
-        if self.walk is None:
-
-            def node(x: str) -> bool:
-                self.counted()
-                return self._timed(text_check, x)
-
-            self.walk = TrieWalk(token_trie(self.lm, self.end_ids), node)
-        before = self.walk.checks
-        found = self.walk.run(budget)
-        checks = self.walk.checks - before
-        if found is None:
-            return None, checks
-        found = [w for w in found if self._reachable(w)]
-        if self.end_ids and self(self.end_ids[0]):  # the complete check, asked once
-            found += self.end_ids
-        return found, checks + 1

@@ -97,15 +97,14 @@ from llamppl.validation import check_positive_int, check_unit_interval, real_num
 from .constrained_tokens import (
     DrawnToken,
     MaskedNextToken,
-    TokenCheck,
     allowed_hints,
     end_token_ids,
     mask_round,
     masked_round,
     one_of,
-    split_costly,
 )
 from .constraint_twists import Twists
+from .token_check import TokenCheck, split_costly
 
 __all__ = ["HardConstraint", "PROPOSALS", "STOPS", "TRUNCATED"]
 
@@ -322,7 +321,7 @@ class HardConstraint(Model):
     async def _lazy_draw(self, only_end: bool, ahead=None, left=None) -> DrawnToken | None:
         """The lazy draw (:func:`~llamppl.decoding.lazy_proposal.lazy_draw`) on this row.
         With ``left`` tokens in the budget, a token after which the constraint is out of
-        reach is never proposed (:class:`~.constrained_tokens.TokenCheck`): the weight is
+        reach is never proposed (:class:`~.token_check.TokenCheck`): the weight is
         the mass of the tokens that can still succeed, and the target is unchanged (a text
         that passes within the budget has every prefix reachable; ``reachable`` is sound)."""
         ctx, lm, c = self.context, self.context.lm, self.constraint
@@ -342,7 +341,7 @@ class HardConstraint(Model):
         )
         on = self.hint_prob and not only_end
         hints, checked = allowed_hints(c, lm, self.state, row, allowed, self.end_ids, on)
-        rest, exhaust = (lambda w: w not in checked and allowed(w)), allowed.exhauster(checked)
+        rest, exhaust = (lambda w: w not in checked and allowed(w)), allowed.exhauster(checked, row)
         draw = await lazy_draw(row, rest, current_rng(), hints, self.hint_prob, exhaust)
         full = allowed if mask is None else (lambda w: bool(mask[w]) and allowed(w))
         if draw.token is None and hints:  # the rest branch found A − H empty: weight 0 (a

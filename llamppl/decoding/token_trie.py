@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import torch
+
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import lm_table
 
@@ -52,6 +54,8 @@ class TokenTrie:
     """A radix trie of token strings (the tokens ``skip`` names left out).
 
     ``nodes`` counts the non-root nodes: the most checks one :meth:`allowed` walk can make.
+    ``order`` lists the token ids depth first, so that the tokens below any node are the
+    slice ``order[lo:hi]`` of that node's range (:meth:`live`).
     """
 
     def __init__(self, vocab: Sequence[str], skip: Sequence[int] = ()) -> None:
@@ -65,64 +69,83 @@ class TokenTrie:
                 node = node.edges.setdefault(ch, _Node())
             node.ids.append(i)
         self.root_ids = tuple(root.ids)  # tokens whose string is empty
-        # the compressed form: (label, ids, children) with chains of one child merged
-        self.children, self.nodes = self._compress(root)
+        self.order: list[int] = list(root.ids)
+        self.nodes = 0
+        # the compressed form: (label, ids, children, lo, hi) with chains of one child merged
+        self.children = [self._compress(label, child) for label, child in root.edges.items()]
 
-    def _compress(self, root: _Node) -> tuple[list[tuple], int]:
-        count = 0
-        out: list[tuple] = []
-        stack = [(label, child, out) for label, child in root.edges.items()]
-        while stack:
-            label, node, siblings = stack.pop()
-            while not node.ids and len(node.edges) == 1:  # a chain: merge it into the edge
-                ((ch, node),) = node.edges.items()
-                label += ch
-            kids: list[tuple] = []
-            siblings.append((label, tuple(node.ids), kids))
-            count += 1
-            stack.extend((ch, child, kids) for ch, child in node.edges.items())
-        return out, count
+    def _compress(self, label: str, node: _Node) -> tuple:
+        while not node.ids and len(node.edges) == 1:  # a chain: merge it into the edge
+            ((ch, node),) = node.edges.items()
+            label += ch
+        self.nodes += 1
+        lo = len(self.order)
+        self.order.extend(node.ids)
+        kids = [self._compress(ch, child) for ch, child in node.edges.items()]
+        return (label, tuple(node.ids), kids, lo, len(self.order))
+
+    def live(self, finite: torch.Tensor) -> Callable[[int, int], bool]:
+        """``live(lo, hi)``: whether a node's range holds a token that ``finite`` (``(V,)``
+        bool, e.g. the tokens of positive probability after a cheap mask) marks. One
+        cumulative sum over the depth-first order on ``finite``'s device and one host read."""
+        index = torch.tensor(self.order, dtype=torch.long, device=finite.device)
+        counts = [0, *torch.cumsum(finite[index].to(torch.int32), 0).tolist()]
+        return lambda lo, hi: counts[hi] > counts[lo]
 
     def allowed(
-        self, check: Callable[[str], bool], budget: int | None = None
+        self,
+        check: Callable[[str], bool],
+        budget: int | None = None,
+        live: Callable[[int, int], bool] | None = None,
     ) -> tuple[list[int] | None, int]:
         """``(ids, checks)``: the tokens ``w`` with ``check(vocab[w])`` true, found by checking
         only the trie's nodes below passing ones (module docstring), and the checks made.
 
         ``check(x)`` answers for the constraint's text followed by ``x`` and must be closed
         under prefixes. With ``budget``, the walk stops after that many checks and returns
-        ``(None, budget)`` (:class:`TrieWalk` resumes a walk instead).
+        ``(None, budget)`` (:class:`TrieWalk` resumes a walk instead). With ``live``
+        (:meth:`live`), a node with no live token below is skipped unchecked, its tokens
+        unlisted (the walk may still list dead tokens of a live node).
         """
-        walk = TrieWalk(self, check)
+        walk = TrieWalk(self, check, live)
         return walk.run(budget), walk.checks
 
 
 class TrieWalk:
     """A walk of a :class:`TokenTrie` with one check, in steps: :meth:`run` continues where
-    the last call stopped, so a walk cut by a budget loses none of its checks."""
+    the last call stopped, so a walk cut by a budget loses none of its checks. With ``live``
+    (:meth:`TokenTrie.live`) it neither checks nor lists what has no live token below."""
 
-    def __init__(self, trie: TokenTrie, check: Callable[[str], bool]) -> None:
-        self.check, self.checks, self.ids = check, 0, []
-        # (text of the node, tokens ending there, its children); the root's text is ""
-        self.pending = [("", trie.root_ids, trie.children)] if trie.root_ids else []
-        self.pending += [(label, ids, kids) for label, ids, kids in trie.children]
+    def __init__(
+        self,
+        trie: TokenTrie,
+        check: Callable[[str], bool],
+        live: Callable[[int, int], bool] | None = None,
+    ) -> None:
+        self.check, self.checks, self.ids, self.live = check, 0, [], live
+        # (text of the node, tokens ending there, its children, its range); the root's text is ""
+        roots = len(trie.root_ids)
+        self.pending = [("", trie.root_ids, trie.children, 0, roots)] if roots else []
+        self.pending += [(label, *rest) for label, *rest in trie.children]
         self.root = trie.children
 
     def run(self, budget: int | None = None) -> list[int] | None:
         """Check at most ``budget`` more nodes (None: no bound); the allowed tokens once the
         walk is complete, else None."""
-        spent = 0
+        spent, live = 0, self.live
         while self.pending:
             if budget is not None and spent >= budget:
                 return None
-            text, ids, kids = self.pending.pop()
+            text, ids, kids, lo, hi = self.pending.pop()
+            if live is not None and not live(lo, hi):
+                continue  # no token below may be drawn
             spent += 1
             self.checks += 1
             if not self.check(text):
                 continue  # every token below starts with a rejected text
             self.ids.extend(ids)
             if kids is not self.root:  # the root's children are queued already
-                self.pending.extend((text + label, i, k) for label, i, k in kids)
+                self.pending.extend((text + label, *rest) for label, *rest in kids)
         return self.ids
 
 

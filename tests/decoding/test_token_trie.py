@@ -12,6 +12,7 @@ import re
 import string
 
 import pytest
+import torch
 
 from llamppl.decoding.token_trie import TokenTrie
 
@@ -81,3 +82,25 @@ def test_a_budget_stops_the_walk():
     assert trie.allowed(lambda x: True, budget=10) == (None, 10)
     found, _ = trie.allowed(lambda x: True, budget=checks)
     assert sorted(found) == sorted(full)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_a_live_mask_skips_subtrees_without_a_live_token(seed, name):
+    """With ``live`` (the tokens of positive probability after a cheap mask) the walk finds the
+    same live allowed tokens, checks only nodes with a live token below, and fewer of them."""
+    vocab = _vocab(seed)
+    trie = TokenTrie(vocab)
+    rng = random.Random(seed)
+    finite = torch.tensor([rng.random() < 0.1 for _ in vocab])
+    below = {}  # node text -> its tokens, from the strings themselves
+
+    def check(x: str) -> bool:
+        below[x] = [i for i, t in enumerate(vocab) if t.startswith(x)]
+        return CHECKS[name](x)
+
+    found, checks = trie.allowed(check, live=trie.live(finite))
+    scan = {i for i, t in enumerate(vocab) if CHECKS[name](t) and finite[i]}
+    assert {i for i in found if finite[i]} == scan
+    assert all(any(finite[i] for i in ids) for ids in below.values())  # only live nodes checked
+    assert checks < trie.allowed(lambda x: CHECKS[name](x))[1]

@@ -144,7 +144,7 @@ def test_a_draw_whose_checks_together_run_too_long_kills_its_particle():
     """A prefix check that admits a text no token extends makes the lazy draw check the
     whole vocabulary; the draw's checks together are bounded by ``SCAN_BOUNDS`` check
     bounds, so the particle dies with a named cause after a few checks, not |V| of them."""
-    from models.constrained_tokens import SCAN_BOUNDS
+    from models.token_check import SCAN_BOUNDS
 
     vocab = [chr(ord("a") + i % 26) * (1 + i // 26) for i in range(200)] + ["<eos>"]
     lm = FunctionLM(vocab, len(vocab) - 1, lambda ctx: [0.0] * (len(vocab) - 1) + [-math.inf])

@@ -1,0 +1,194 @@
+"""The lazy draw's check of one token, for :class:`~llamppl.models.HardConstraint`.
+
+- :func:`split_costly` — which parts of ``cheap & costly`` a draw masks with and which it
+  checks per token (:func:`is_split`);
+- :class:`TokenCheck` — the check of one drawn token (end tokens by the complete check, the
+  token budget, a time bound over one draw's checks) and :meth:`TokenCheck.exhaust`, the
+  listing of every allowed token on the vocabulary's trie after a long run of rejections
+  (:func:`costly_text_check`, :mod:`~llamppl.decoding.token_trie`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from llamppl.decoding.constraints import AllOf, Constraint
+from llamppl.decoding.lazy_proposal import Exhaust
+from llamppl.decoding.time_bound import CheckTimeout, current_bound
+from llamppl.decoding.token_trie import TrieWalk, token_trie
+from llamppl.lm.base import LanguageModel
+
+from .constrained_tokens import is_text_state
+
+SCAN_BOUNDS = 10  # one lazy draw's checks together may run this many check time bounds
+
+__all__ = ["SCAN_BOUNDS", "TokenCheck", "costly_text_check", "is_split", "split_costly"]
+
+
+def is_split(c: Constraint) -> bool:
+    """Whether a lazy draw masks with some parts of ``c`` and checks the others per token."""
+    return isinstance(c, AllOf) and bool(c.cheap_parts) and bool(c.costly_parts)
+
+
+def split_costly(
+    lm: LanguageModel, c: Constraint
+) -> tuple[tuple[int, ...] | None, Callable[[Any, int], bool]]:
+    """For a lazy draw: the cheap parts of ``c`` to mask with (None: none) and the check of
+    the others on one token (``allows(state, w)``)."""
+    if is_split(c):
+        costly = c.costly_parts
+
+        def allows(state: Any, w: int) -> bool:
+            return all(c.parts[i].allows(lm, state[i], w) for i in costly)
+
+        return c.cheap_parts, allows
+    return None, lambda state, w: c.allows(lm, state, w)
+
+
+def costly_text_check(lm: LanguageModel, c: Constraint, state: Any) -> Callable[[str], bool] | None:
+    """The text check (:meth:`~llamppl.decoding.constraints.Constraint.text_check`) of the parts
+    :func:`split_costly` leaves to per-token checks, or None when one of them has none."""
+    if isinstance(c, AllOf):
+        costly = c.costly_parts if is_split(c) else range(len(c.parts))
+        checks = [c.parts[i].text_check(lm, state[i]) for i in costly]
+    else:
+        checks = [c.text_check(lm, state)]
+    if not checks or any(f is None for f in checks):
+        return None
+    if len(checks) == 1:
+        return checks[0]
+    return lambda x: all(f(x) for f in checks)  # type: ignore[misc]
+
+
+class TokenCheck:
+    """The lazy draw's check of one token after ``state`` (``check(w)``): an end token iff
+    the complete check passes (asked once), no other token when ``only_end``, else
+    ``costly_allows`` (:func:`split_costly`'s check of the parts not masked) and, with
+    ``left`` tokens in the budget, reachability in the ``left - 1`` after it. ``counted()``
+    is called once per check made. :meth:`exhaust` lists every allowed token at once when
+    the constraint has a text check (``text_check``, :func:`costly_text_check`).
+
+    The checks of one draw together run under ``SCAN_BOUNDS`` times the current check
+    bound (:func:`~llamppl.decoding.time_bound.current_bound`): a prefix check that admits
+    a text no token can extend makes the draw scan the whole vocabulary, which for a
+    check of milliseconds takes minutes; past the bound :class:`CheckTimeout` ends the
+    particle (the one approximation, as for a single check that overruns). The verdict is
+    kept on the constraint for the text, budget and bound, so the particle's clones from
+    resampling end at once instead of scanning again."""
+
+    def __init__(
+        self,
+        constraint: Constraint,
+        lm: LanguageModel,
+        state: Any,
+        costly_allows: Callable[[Any, int], bool],
+        end_ids: Sequence[int],
+        only_end: bool,
+        left: int | None,
+        counted: Callable[[], None],
+    ) -> None:
+        self.constraint, self.lm, self.state = constraint, lm, state
+        self.costly_allows, self.end_ids, self.ends = costly_allows, tuple(end_ids), set(end_ids)
+        self.only_end, self.left, self.counted = only_end, left, counted
+        self.text_check = costly_text_check(lm, constraint, state)
+        self.walk: TrieWalk | None = None  # the listing of exhaust, resumed across calls
+        self.row: torch.Tensor | None = None  # the draw's masked log-probs (exhauster)
+        self.rejected: set[int] = set()  # tokens this draw's checks rejected
+        self.end_ok: list[bool] = []
+        self.bound, self.spent = current_bound(), 0.0  # seconds spent in this draw's checks
+        self.timed_out = constraint.__dict__.setdefault("_timed_out_scans", set())
+        self.key = (state, left, self.bound) if is_text_state(state) else None
+
+    def _check(self, w: int) -> bool:
+        c, lm, state = self.constraint, self.lm, self.state
+        if w in self.ends:
+            if not self.end_ok:
+                self.counted()
+                self.end_ok.append(c.ends(lm, state))
+            return self.end_ok[0]
+        if self.only_end:
+            return False
+        self.counted()
+        ok = self.costly_allows(state, w) and self._reachable(w)
+        if not ok:
+            self.rejected.add(w)  # known outside A: the listing need not ask again
+        return ok
+
+    def _reachable(self, w: int) -> bool:
+        c, state, left = self.constraint, self.state, self.left
+        if left is None or not is_text_state(state):  # only text states advance purely
+            return True
+        return c.reachable(self.lm, c.advance(self.lm, state, w), left - 1)
+
+    def _timed(self, check: Callable[[Any], bool], arg: Any) -> bool:
+        bound = self.bound
+        if bound is None:
+            return check(arg)
+        if self.spent > SCAN_BOUNDS * bound or (
+            self.key is not None and self.key in self.timed_out
+        ):
+            if self.key is not None:
+                self.timed_out.add(self.key)
+            raise CheckTimeout(
+                f"check timed out (one draw's checks ran over {SCAN_BOUNDS * bound:g} s)"
+            )
+        start = time.monotonic()
+        try:
+            return check(arg)
+        finally:
+            self.spent += time.monotonic() - start
+
+    def __call__(self, w: int) -> bool:
+        return self._timed(self._check, w)
+
+    def exhauster(
+        self,
+        exclude: set[int] = frozenset(),  # type: ignore[assignment]
+        row: torch.Tensor | None = None,
+    ) -> Exhaust | None:
+        """:meth:`exhaust` without the tokens ``exclude`` (hints already drawn from), or None
+        when the constraint has no text check or only end tokens may come. With ``row`` (the
+        draw's ``(V,)`` log-probs after the cheap mask) the listing skips the trie's subtrees
+        whose tokens all have probability 0 (:meth:`~llamppl.decoding.token_trie.TokenTrie.live`)."""
+        if self.text_check is None or self.only_end:
+            return None
+        self.row = row
+
+        def exhaust(budget: int) -> tuple[list[int] | None, int]:
+            found, checks = self.exhaust(budget)
+            return (None if found is None else [w for w in found if w not in exclude]), checks
+
+        return exhaust
+
+    def exhaust(self, budget: int) -> tuple[list[int] | None, int]:
+        """``(A, checks)``: every allowed token (end tokens included), listed with the text
+        check on the vocabulary's trie (:class:`~llamppl.decoding.token_trie.TrieWalk`),
+        continuing the walk of earlier calls for at most ``budget`` more checks;
+        ``(None, checks)`` while the walk is unfinished."""
+        text_check = self.text_check
+        assert text_check is not None, "exhaust needs a text check (see exhauster)"
+        if self.walk is None:
+
+            def node(x: str) -> bool:
+                self.counted()
+                return self._timed(text_check, x)
+
+            trie = token_trie(self.lm, self.end_ids)
+            live = None if self.row is None else trie.live(torch.isfinite(self.row))
+            self.walk = TrieWalk(trie, node, live)
+        before = self.walk.checks
+        found = self.walk.run(budget)
+        checks = self.walk.checks - before
+        if found is None:
+            return None, checks
+        if self.row is not None:  # tokens of probability 0 do not count (one host read, rarely)
+            positive = set(torch.isfinite(self.row).nonzero().flatten().tolist())
+            found = [w for w in found if w in positive]
+        found = [w for w in found if w not in self.rejected and self._timed(self._reachable, w)]
+        if self.end_ids and self(self.end_ids[0]):  # the complete check, asked once
+            found += self.end_ids
+        return found, checks + 1
