@@ -201,18 +201,22 @@ class TextStructure(Constraint):
 
     def allows(self, lm: LanguageModel, state: Any, token: int) -> bool:
         """The memoised prefix check of ``state + token``, its analysis started from ``state``'s."""
-        self.view_of(state + lm.vocab[token], state)
-        return super().allows(lm, state, token)
+        return self._after(state, state + lm.vocab[token])
 
     def text_check(self, lm: LanguageModel, state: Any) -> Callable[[str], bool] | None:
         """The memoised prefix check of ``state + x`` for any string ``x``, as :meth:`allows`
-        (the trie listing of :mod:`~llamppl.decoding.token_trie`). The check is closed under
-        prefixes: it rejects a text only when no completion of it can pass."""
+        (the trie listing of :mod:`~llamppl.decoding.token_trie`). It rejects a text only
+        when no completion of it can pass (sound; not always closed under prefixes: the
+        listing then leaves out only dead tokens, see that module)."""
         if not (self.prefix_closed and isinstance(state, str)):
             return None
+        return lambda x: self._after(state, state + x)
 
-        def check(x: str) -> bool:
-            self.view_of(state + x, state)
-            return self._checked(False, state + x)
-
-        return check
+    def _after(self, state: str, text: str) -> bool:
+        """``_checked(False, text)``; only a text not yet answered is analysed, from the
+        analysis of ``state`` (a prefix of it), so repeated questions (particles cloned at
+        resampling ask the same) cost a lookup, not an analysis."""
+        memo = self.__dict__.get("_memo")  # Constraint._checked's answers
+        if memo is None or memo.get((False, text)) is None:
+            self.view_of(text, state)
+        return self._checked(False, text)
