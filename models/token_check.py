@@ -29,6 +29,12 @@ SCAN_BOUNDS = 10  # one lazy draw's checks together may run this many check time
 __all__ = ["SCAN_BOUNDS", "TokenCheck", "costly_text_check", "is_split", "split_costly"]
 
 
+def reasons(c: Constraint) -> bool:
+    """Whether ``c`` (or a part of it) reasons about the token budget (overrides ``reachable``)."""
+    parts = c.parts if isinstance(c, AllOf) else (c,)
+    return any(type(p).reachable is not Constraint.reachable for p in parts)
+
+
 def is_split(c: Constraint) -> bool:
     """Whether a lazy draw masks with some parts of ``c`` and checks the others per token."""
     return isinstance(c, AllOf) and bool(c.cheap_parts) and bool(c.costly_parts)
@@ -98,6 +104,8 @@ class TokenCheck:
         self.walk: TrieWalk | None = None  # the listing of exhaust, resumed across calls
         self.row: torch.Tensor | None = None  # the draw's masked log-probs (exhauster)
         self.rejected: set[int] = set()  # tokens this draw's checks rejected
+        self.todo: list[int] | None = None  # listed tokens whose budget is still to check
+        self.kept: list[int] = []  # listed tokens within the budget
         self.end_ok: list[bool] = []
         self.bound, self.spent = current_bound(), 0.0  # seconds spent in this draw's checks
         self.timed_out = constraint.__dict__.setdefault("_timed_out_scans", set())
@@ -185,10 +193,20 @@ class TokenCheck:
         checks = self.walk.checks - before
         if found is None:
             return None, checks
-        if self.row is not None:  # tokens of probability 0 do not count (one host read, rarely)
-            positive = set(torch.isfinite(self.row).nonzero().flatten().tolist())
-            found = [w for w in found if w in positive]
-        found = [w for w in found if w not in self.rejected and self._timed(self._reachable, w)]
-        if self.end_ids and self(self.end_ids[0]):  # the complete check, asked once
-            found += self.end_ids
+        if self.todo is None:  # the walk is done: the budget of the tokens it listed is next
+            if self.row is not None:  # probability 0 does not count (one host read, rarely)
+                positive = set(torch.isfinite(self.row).nonzero().flatten().tolist())
+                found = [w for w in found if w in positive]
+            self.todo = [w for w in reversed(found) if w not in self.rejected]
+        # a budget check costs an analysis like a text check, so it spends the same budget
+        # (the listing never costs more than the scan beside it); none without a budget
+        budgeted = self.left is not None and is_text_state(self.state) and reasons(self.constraint)
+        while self.todo and not (budgeted and checks >= budget):
+            w = self.todo.pop()
+            checks += budgeted
+            if not budgeted or self._timed(self._reachable, w):
+                self.kept.append(w)
+        if self.todo:
+            return None, checks
+        found = self.kept + (list(self.end_ids) if self.end_ids and self(self.end_ids[0]) else [])
         return found, checks + 1

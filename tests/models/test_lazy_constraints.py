@@ -186,13 +186,22 @@ class NoA(PredicateConstraint):
         return "a" not in text
 
 
-def test_a_sound_check_not_closed_under_prefixes_keeps_smc_unbiased(monkeypatch):
+class NoABudgeted(NoA):
+    """NoA that also reasons about the budget: a text cut with no token left passes iff it may
+    end (sound and exact), so the listing's tokens get their budget checked too."""
+
+    def reachable(self, lm, state: str, tokens_left: int) -> bool:
+        return tokens_left > 0 or self.accepts_end(state)
+
+
+@pytest.mark.parametrize("kind", [NoA, NoABudgeted])
+def test_a_sound_check_not_closed_under_prefixes_keeps_smc_unbiased(monkeypatch, kind):
     """The listing leaves out "ab" (likely, and dead), which the scan accepts; the draws that
     list still give E[Ẑ π̂(s)] = Z π(s) over 300 seeded SMC runs (lazy_proposal, "Long runs")."""
     from llamppl.decoding import lazy_proposal
     from llamppl.decoding.token_trie import token_trie
 
-    check, ab = NoA(lambda text: not text.endswith("a")), NO_A_VOCAB.index("ab")
+    check, ab = kind(lambda text: not text.endswith("a")), NO_A_VOCAB.index("ab")
     listed, _ = token_trie(NO_A_LM, [8]).allowed(check.text_check(NO_A_LM, ""))
     assert ab not in listed and check.allows(NO_A_LM, "", ab)
     sampled = HardConstraint(NO_A_LM, [5], check, "sample", 3, stop="newline")
