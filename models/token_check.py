@@ -204,7 +204,7 @@ class TokenCheck:
         while self.todo and not (budgeted and checks >= budget):
             w = self.todo.pop()
             checks += budgeted
-            if not budgeted or self._timed(self._reachable, w):
+            if not budgeted or self._timed(self._check, w):  # the scan's check of w
                 self.kept.append(w)
         if self.todo:
             return None, checks

@@ -213,10 +213,8 @@ class TextStructure(Constraint):
         return lambda x: self._after(state, state + x)
 
     def _after(self, state: str, text: str) -> bool:
-        """``_checked(False, text)``; only a text not yet answered is analysed, from the
-        analysis of ``state`` (a prefix of it), so repeated questions (particles cloned at
-        resampling ask the same) cost a lookup, not an analysis."""
-        memo = self.__dict__.get("_memo")  # Constraint._checked's answers
-        if memo is None or memo.get((False, text)) is None:
-            self.view_of(text, state)
+        """``_checked(False, text)`` with the analysis of ``text`` started from ``state``'s (a
+        prefix of it): a lookup when it is known, else far cheaper than from the start, and
+        ``reachable`` then finds it analysed."""
+        self.view_of(text, state)
         return self._checked(False, text)
