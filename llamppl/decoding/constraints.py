@@ -143,15 +143,16 @@ class Constraint:
         return ""
 
     def allows(self, lm: LanguageModel, state: Any, token: int) -> bool:
-        """Prefix check: ``state + lm.vocab[token]`` in C (memoised: :meth:`_checked`)."""
-        return self._checked(False, state + lm.vocab[token])
+        """Prefix check: ``state + lm.vocab[token]`` in C (memoised: :meth:`checked`)."""
+        return self.checked(False, state + lm.vocab[token])
 
     def ends(self, lm: LanguageModel, state: Any) -> bool:
         """Complete check: the text may end here (memoised)."""
-        return self._checked(True, state)
+        return self.checked(True, state)
 
-    def _checked(self, end: bool, text: str) -> bool:
-        """One check of ``text`` under the time bound, remembered per constraint object.
+    def checked(self, end: bool, text: str) -> bool:
+        """The complete check (``end``) or the prefix check of ``text``, under the time bound,
+        remembered per constraint object.
 
         Particles cloned at resampling ask the same questions; a text constraint is a
         function of the text, so each text is checked once (an LRU of 65,536 answers shared
@@ -172,7 +173,7 @@ class Constraint:
         (memoised), for :mod:`~llamppl.decoding.token_trie`; None for a state that is not
         text, an overridden ``allows``, or ``prefix_closed`` false."""
         if self.prefix_closed and isinstance(state, str) and type(self).allows is Constraint.allows:
-            return lambda x: self._checked(False, state + x)
+            return lambda x: self.checked(False, state + x)
         return None
 
     def advance(self, lm: LanguageModel, state: Any, token: int) -> Any:

@@ -213,8 +213,8 @@ class TextStructure(Constraint):
         return lambda x: self._after(state, state + x)
 
     def _after(self, state: str, text: str) -> bool:
-        """``_checked(False, text)`` with the analysis of ``text`` started from ``state``'s (a
+        """``checked(False, text)`` with the analysis of ``text`` started from ``state``'s (a
         prefix of it): a lookup when it is known, else far cheaper than from the start, and
         ``reachable`` then finds it analysed."""
         self.view_of(text, state)
-        return self._checked(False, text)
+        return self.checked(False, text)
