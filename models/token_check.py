@@ -174,9 +174,9 @@ class TokenCheck:
 
     def exhaust(self, budget: int) -> tuple[list[int] | None, int]:
         """``(A, checks)``: every allowed token (end tokens included), listed with the text
-        check on the vocabulary's trie (:class:`~llamppl.decoding.token_trie.TrieWalk`),
-        continuing the walk of earlier calls for at most ``budget`` more checks;
-        ``(None, checks)`` while the walk is unfinished."""
+        check on the vocabulary's trie (:class:`~llamppl.decoding.token_trie.TrieWalk`), then
+        the budget check of each listed token (``reachable``), continuing the work of earlier
+        calls for at most ``budget`` more checks; ``(None, checks)`` while it is unfinished."""
         text_check = self.text_check
         assert text_check is not None, "exhaust needs a text check (see exhauster)"
         if self.walk is None:
@@ -198,8 +198,8 @@ class TokenCheck:
                 positive = set(torch.isfinite(self.row).nonzero().flatten().tolist())
                 found = [w for w in found if w in positive]
             self.todo = [w for w in reversed(found) if w not in self.rejected]
-        # a budget check costs an analysis like a text check, so it spends the same budget
-        # (the listing never costs more than the scan beside it); none without a budget
+        # a budget check costs an analysis like a text check, so it spends the same budget (the
+        # listing makes no more checks than the scan beside it); free when nothing is budgeted
         budgeted = self.left is not None and is_text_state(self.state) and reasons(self.constraint)
         while self.todo and not (budgeted and checks >= budget):
             w = self.todo.pop()
