@@ -48,19 +48,24 @@ from llamppl.models import HardConstraint
 
 __all__ = ["METHODS", "main", "run_method"]
 
-METHODS = ("base", "lcd", "rerank", "smc-mask", "smc-lazy", "smc-need")
+METHODS = ("base", "lcd", "rerank", "smc-mask", "smc-lazy", "smc-plain", "smc-need")
 NAMES = {
     "base": "base LM",
     "lcd": "locally constrained",
     "rerank": "sample-rerank",
     "smc-mask": "llamppl SMC mask",
     "smc-lazy": "llamppl SMC lazy",
+    "smc-plain": "llamppl SMC lazy, closure undeclared",
     "smc-need": "llamppl SMC lazy + need",
 }
 
 
 class Counted(Constraint):
-    """The task's checks as a constraint: prefix check and complete check, counted."""
+    """The task's checks as a constraint: prefix check and complete check, counted. The
+    prefix check asks "can this still be completed?" (partial SMILES, a regex's partial
+    match), so it is declared closed under prefixes: dead ends are proved on the trie."""
+
+    prefix_closed = True
 
     def __init__(self, instance: T.Instance) -> None:
         self.instance, self.calls = instance, 0
@@ -72,6 +77,13 @@ class Counted(Constraint):
     def accepts_end(self, text: str) -> bool:
         self.calls += 1
         return self.instance.complete_ok(text, timeout=None)
+
+
+class CountedPlain(Counted):
+    """The same checks as a user's plain callable, closure not declared: every token's whole
+    text is checked (``smc-plain``, the cost of the safe default)."""
+
+    prefix_closed = False
 
 
 class CountedWithNeed(Counted):
@@ -106,7 +118,9 @@ class Outcome:
     extra: dict[str, Any]
 
 
-def _constraint(instance: T.Instance, need: bool = False) -> Constraint:
+def _constraint(instance: T.Instance, need: bool = False, plain: bool = False) -> Constraint:
+    if plain:
+        return CountedPlain(instance)
     if isinstance(instance, T.PatternInstance):
         return CountedRegex(instance.pattern)
     return CountedWithNeed(instance) if need else Counted(instance)
@@ -153,7 +167,7 @@ def run_method(method: str, lm: CachedCausalLM, instance: T.Instance, n: int, se
             ]
             calls = check.calls
         return Outcome(particles, calls, _extensions(result), {})
-    constraint = _constraint(instance, need=method == "smc-need")
+    constraint = _constraint(instance, need=method == "smc-need", plain=method == "smc-plain")
     proposal = "mask" if method == "smc-mask" else "lazy"
     model = HardConstraint(lm, prompt, constraint, proposal, **common)
     if method == "lcd":

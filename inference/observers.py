@@ -2,7 +2,8 @@
 
 The loop (:func:`~llamppl.inference.steps.run_population`) hands every step's info
 to its observers and knows nothing of what they do: the history kept on
-``SMCResult.history`` (:class:`History`), the progress bar (:class:`Progress`) and
+``SMCResult.history`` (:class:`History`), the particles' deaths by cause
+(:class:`Failures`, ``SMCResult.failures``), the progress bar (:class:`Progress`) and
 the run record (:class:`~llamppl.inference.record.RunRecorder`)::
 
     history, bar = History(), Progress(None, "smc_standard")
@@ -12,12 +13,36 @@ the run record (:class:`~llamppl.inference.record.RunRecorder`)::
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import weakref
 
 from .step_info import StepInfo
 
-__all__ = ["History", "Progress"]
+__all__ = ["Failures", "History", "Progress", "failure_kind"]
+
+
+def failure_kind(cause: str) -> str:
+    """The kind of a particle's failure cause, its details dropped: ``"check timed out (over
+    2 s)"`` → ``"check timed out"``, ``"token limit: ..."`` → ``"token limit"``."""
+    return cause.split(":", 1)[0].split(" (", 1)[0].strip() or cause
+
+
+class Failures:
+    """Counts the particles that die, by the kind of their cause (:func:`failure_kind` of
+    ``Model.failure``), each once, whether or not resampling later drops them."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._seen: weakref.WeakSet = weakref.WeakSet()
+
+    def observe(self, info: StepInfo) -> None:
+        for p in info.particles or ():
+            if p.weight == -math.inf and p not in self._seen:
+                self._seen.add(p)
+                kind = failure_kind(p.failure or "weight zero")
+                self.counts[kind] = self.counts.get(kind, 0) + 1
 
 
 class History:

@@ -48,6 +48,10 @@ class SMCResult(Sequence):
     stats: dict[str, Any] = field(default_factory=dict)
     algorithm: str = ""
     record: RunRecord | None = None  # when record= / json_file= / visualization_dir= asked for one
+    #: Particles that died during the run, by the kind of their cause (``Model.failure``:
+    #: ``"condition"``, ``"token limit"``, ``"no allowed token"``, ``"check timed out"``, ...),
+    #: each counted once, also those resampling dropped later; most frequent first.
+    failures: dict[str, int] = field(default_factory=dict)
 
     def _require_record(self, what: str) -> RunRecord:
         if self.record is None:
@@ -118,9 +122,14 @@ class SMCResult(Sequence):
             lines.append(
                 "  every particle has weight zero: no path satisfied the model's constraints"
             )
+        if self.failures:
+            lines.append(f"  particles that died, by cause: {self._failure_text()}")
         for text, w in list(self.posterior.items())[:10]:
             lines.append(f"  {w:8.4f}  {text!r}")
         return "\n".join(lines)
+
+    def _failure_text(self) -> str:
+        return ", ".join(f"{cause} {count}" for cause, count in self.failures.items())
 
     def _repr_html_(self) -> str:
         rows = "".join(
@@ -140,6 +149,11 @@ class SMCResult(Sequence):
         return (
             f"<b>{html.escape(self.algorithm or 'inference')}</b>: {len(self.particles)} particles, "
             f"log Ẑ = {self.log_ml:.4f}, ESS = {self.ess:.2f}"
-            f"<table><tr><th>weight</th><th style='text-align:left'>particle</th></tr>{rows}</table>"
+            + (
+                f"<br>particles that died, by cause: {html.escape(self._failure_text())}"
+                if self.failures
+                else ""
+            )
+            + f"<table><tr><th>weight</th><th style='text-align:left'>particle</th></tr>{rows}</table>"
             f"{viewer}"
         )

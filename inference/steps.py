@@ -32,7 +32,7 @@ from llamppl.weights import logsumexp
 from .budget import check_memory
 from .engine import Engine
 from .lm_counters import LMCounters
-from .observers import History, Progress
+from .observers import Failures, History, Progress
 from .options import DEFAULT_MAX_STEPS, RunOptions
 from .particles import log_weights
 from .record import RunRecorder
@@ -60,8 +60,8 @@ async def run_population(model: Model, n: int, engine: Engine, options: RunOptio
     algorithm = engine.name
     counters = LMCounters(model)
     check_memory(model, n * engine.population_factor, counters.lms, argument=f"n_particles={n}")
-    history = History()
-    observers = [history.observe]
+    history, failures = History(), Failures()
+    observers = [history.observe, failures.observe]
     recorder = None if options.record is None else RunRecorder(algorithm, n, options.record)
     if recorder is not None:
         observers.append(recorder.observe)
@@ -84,7 +84,16 @@ async def run_population(model: Model, n: int, engine: Engine, options: RunOptio
     log_ml = logsumexp(w) - math.log(n)
     stats = counters.finish(steps=t, n_particles=n, **engine.stats())
     run_record = None if recorder is None else recorder.finish(particles, w, log_ml)
-    result = SMCResult(particles, w, log_ml, history.steps, stats, algorithm, record=run_record)
+    result = SMCResult(
+        particles,
+        w,
+        log_ml,
+        history.steps,
+        stats,
+        algorithm,
+        record=run_record,
+        failures=dict(sorted(failures.counts.items(), key=lambda kv: -kv[1])),
+    )
     live = sum(not p.done_stepping() for p in particles)
     if live:
         raise StepLimitError(

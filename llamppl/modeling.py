@@ -105,6 +105,7 @@ class Model:
         self._sync = False
         self._chooser = None
         self._twist_amount = 0.0
+        self._failure = None
         return self
 
     def __init__(self) -> None:
@@ -153,6 +154,8 @@ class Model:
             raise ValueError(f"{name} got +inf")
         if self.weight != -math.inf:
             self.weight += log_w
+            if log_w == -math.inf and self._failure is None:
+                self._failure = f"{name} is -inf"
 
     def sample(self, dist: Distribution, proposal: Distribution | None = None):
         """Draw from ``proposal`` (default ``dist``) and score ``dist(v) / proposal(v)``.
@@ -172,7 +175,21 @@ class Model:
         a string or a tensor with several elements is a ``TypeError``.
         """
         if not bool_like("condition(ok)", ok):
+            if self.weight != -math.inf and self._failure is None:
+                self._failure = "condition"
             self.weight = -math.inf
+
+    @property
+    def failure(self) -> str | None:
+        """Why the particle's weight became zero (None while it is positive): ``"condition"``,
+        ``"<what> is -inf"`` for a score, or the cause a program names (``HardConstraint``:
+        ``"token limit"``, ``"no allowed token"``, ``"check timed out ..."``). Runs count the
+        causes (``SMCResult.failures``)."""
+        return self._failure
+
+    @failure.setter
+    def failure(self, cause: str | None) -> None:
+        self._failure = cause
 
     def twist(self, amount: float) -> None:
         """Add an intermediate potential ``amount`` (undo it later with ``twist(-amount)`` or :meth:`untwist`)."""
@@ -217,6 +234,7 @@ class Model:
         self.weight = 0.0
         self.finished = False
         self._twist_amount = 0.0
+        self._failure = None
 
     def finish(self) -> None:
         """Mark the particle as done; inference stops stepping it."""

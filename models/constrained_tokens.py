@@ -21,7 +21,7 @@ import torch
 
 from llamppl.batching import Coalescer
 from llamppl.context import LMContext
-from llamppl.decoding.constraints import Constraint
+from llamppl.decoding.constraints import Constraint, sound_listings
 from llamppl.distributions import Distribution
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import PerLM, lm_table
@@ -43,18 +43,20 @@ __all__ = [
 
 # ---------------------------------------------------------------- batched masked probabilities
 def _serve_masked(lm: LanguageModel, requests: list[tuple]) -> list[tuple[torch.Tensor, float]]:
-    """Requests ``(constraint, state, row, end_ok, final, end_ids)``, grouped by constraint."""
+    """Requests ``(constraint, state, row, end_ok, final, end_ids, sound)``, grouped by
+    constraint, end tokens and whether sound checks may be listed (:func:`sound_listings`)."""
     out: list[Any] = [None] * len(requests)
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
-        groups.setdefault((id(r[0]), r[5]), []).append(i)
+        groups.setdefault((id(r[0]), r[5], r[6]), []).append(i)
     for idx in groups.values():
         constraint, end_ids = requests[idx[0]][0], list(requests[idx[0]][5])
         rows = torch.stack([requests[i][2] for i in idx])  # (B, V)
         ends = torch.tensor([requests[i][3] for i in idx], device=rows.device)
         final = torch.tensor([requests[i][4] for i in idx], device=rows.device)
         states = [requests[i][1] for i in idx]
-        q, log_mass = constraint.masked_probs(lm, states, rows, ends, end_ids, final)
+        with sound_listings(requests[idx[0]][6]):
+            q, log_mass = constraint.masked_probs(lm, states, rows, ends, end_ids, final)
         for i, q_row, lm_b in zip(idx, q, log_mass.tolist()):  # one host read per group
             out[i] = (q_row, lm_b)
     return out
@@ -71,9 +73,12 @@ async def masked_round(
     end_ok: bool,
     final: bool,
     end_ids: tuple[int, ...],
+    sound: bool = True,
 ) -> tuple[torch.Tensor, float]:
-    """``(q, log G')`` of one particle, computed with the other particles of the round."""
-    return await _MASKED(lm).submit((constraint, state, log_probs, end_ok, final, end_ids))
+    """``(q, log G')`` of one particle, computed with the other particles of the round;
+    ``sound``: whether a sound (not closed) check may be listed (:func:`sound_listings`)."""
+    request = (constraint, state, log_probs, end_ok, final, end_ids, sound)
+    return await _MASKED(lm).submit(request)
 
 
 def _serve_masks(lm: LanguageModel, requests: list[tuple]) -> list[torch.Tensor]:

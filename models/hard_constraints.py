@@ -75,12 +75,15 @@ import asyncio
 import math
 from collections.abc import Callable, Sequence
 
+import torch
+
 from llamppl.context import LMContext
 from llamppl.decoding.constraints import (
     Constraint,
     ConstraintFailure,
     PredicateConstraint,
     as_constraint,
+    sound_listings,
 )
 from llamppl.decoding.lazy_proposal import lazy_draw
 from llamppl.decoding.time_bound import (
@@ -205,6 +208,8 @@ class HardConstraint(Model):
         one_of("proposal", proposal, PROPOSALS)
         self.stop = one_of("stop", stop, STOPS)
         self.truncated = one_of("truncated", truncated, TRUNCATED)
+        # a check that is only sound may be listed unless cut texts skip the complete check
+        self.sound_listings = self.truncated != "keep"
         if not isinstance(fast_forward, bool):
             raise TypeError(f"fast_forward must be a bool, got {type(fast_forward).__name__}")
         self.constraint = as_constraint(predicate)
@@ -226,7 +231,7 @@ class HardConstraint(Model):
         self.end_ids = end_token_ids(lm, self.stop)
         self.state = self.constraint.start(lm)
         self.checks = self.forced = 0
-        self.failure: str | None = None
+        self.failure = None
         if isinstance(self.state, str):
             with time_bound(self.check_timeout):
                 if not self.constraint(""):
@@ -237,7 +242,7 @@ class HardConstraint(Model):
 
     # ------------------------------------------------------------ one step
     async def step(self) -> None:
-        with time_bound(self.check_timeout):
+        with time_bound(self.check_timeout), sound_listings(self.sound_listings):
             try:
                 await self._step()
             except CheckTimeout as exc:
@@ -276,7 +281,14 @@ class HardConstraint(Model):
             log_probs = ahead if ahead is not None else await ctx.next_token_logprobs()
             end_ok = self.constraint.ends(lm, self.state)
             q, log_mass = await masked_round(
-                lm, self.constraint, self.state, log_probs, end_ok, only_end, self.end_ids
+                lm,
+                self.constraint,
+                self.state,
+                log_probs,
+                end_ok,
+                only_end,
+                self.end_ids,
+                self.sound_listings,
             )
             if log_mass == -math.inf:
                 self._die("token limit" if only_end else self._end_cause())
@@ -329,15 +341,28 @@ class HardConstraint(Model):
         row = log_probs
         (cheap, costly_allows), mask = split_costly(lm, c), None
         if cheap is not None:
-            mask = await mask_round(lm, c, self.state, cheap)  # (V,) bool, EOS refined below
+            mask = await mask_round(lm, c, self.state, cheap)  # (V,) bool
         if left is not None:  # tokens after which the budget certainly fails are left out
             budget = c.budget_mask(lm, self.state, left)
             if budget is not None:
                 mask = budget if mask is None else mask & budget
         if mask is not None:
+            # end tokens (EOS, and newlines under stop="newline") are never masked out: the
+            # draw's check decides them by the complete check of the whole constraint
+            mask = mask.clone()
+            mask[self._end_index(mask.device)] = True
             row = log_probs.masked_fill(~mask, -math.inf)
         allowed = TokenCheck(
-            c, lm, self.state, costly_allows, self.end_ids, only_end, left, self._count_check
+            c,
+            lm,
+            self.state,
+            costly_allows,
+            self.end_ids,
+            only_end=only_end,
+            left=left,
+            counted=self._count_check,
+            sound=self.sound_listings,
+            context=ctx.tokens,
         )
         on = self.hint_prob and not only_end
         hints, checked = allowed_hints(c, lm, self.state, row, allowed, self.end_ids, on)
@@ -362,7 +387,7 @@ class HardConstraint(Model):
         chain: list[int] = []
         while room is None or len(chain) + 1 < room:  # never the last budget position
             token = c.forced(lm, self.state)
-            if token is None:
+            if token is None or token in self.end_ids:  # an end token is drawn, never forced
                 break
             chain.append(token)
             self.state = c.advance(lm, self.state, token)
@@ -376,6 +401,10 @@ class HardConstraint(Model):
                 ctx.extend(f)
             self.forced += len(chain)
         return ahead
+
+    def _end_index(self, device) -> torch.Tensor:
+        """The end tokens' ids as a ``(E,)`` index on ``device`` (for masks)."""
+        return torch.as_tensor(self.end_ids, dtype=torch.long, device=device)
 
     # ------------------------------------------------------------ outcomes
     def _count_check(self) -> None:

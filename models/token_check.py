@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,7 +27,14 @@ from .constrained_tokens import is_text_state
 
 SCAN_BOUNDS = 10  # one lazy draw's checks together may run this many check time bounds
 
-__all__ = ["SCAN_BOUNDS", "TokenCheck", "costly_text_check", "is_split", "split_costly"]
+__all__ = [
+    "SCAN_BOUNDS",
+    "TokenCheck",
+    "costly_text_check",
+    "is_split",
+    "split_costly",
+    "timed_out_scans",
+]
 
 
 def reasons(c: Constraint) -> bool:
@@ -55,19 +63,32 @@ def split_costly(
     return None, lambda state, w: c.allows(lm, state, w)
 
 
-def costly_text_check(lm: LanguageModel, c: Constraint, state: Any) -> Callable[[str], bool] | None:
+def costly_text_check(
+    lm: LanguageModel, c: Constraint, state: Any, sound: bool = True
+) -> Callable[[str], bool] | None:
     """The text check (:meth:`~llamppl.decoding.constraints.Constraint.text_check`) of the parts
-    :func:`split_costly` leaves to per-token checks, or None when one of them has none."""
+    :func:`split_costly` leaves to per-token checks, or None when one of them has none, or
+    (``sound`` false) is not closed under prefixes (:func:`~llamppl.decoding.constraints.
+    sound_listings`)."""
+    parts = [(c, state)]
     if isinstance(c, AllOf):
         costly = c.costly_parts if is_split(c) else range(len(c.parts))
-        checks = [c.parts[i].text_check(lm, state[i]) for i in costly]
-    else:
-        checks = [c.text_check(lm, state)]
+        parts = [(c.parts[i], state[i]) for i in costly]
+    checks = [p.text_check(lm, s) if (sound or p.prefix_closed) else None for p, s in parts]
     if not checks or any(f is None for f in checks):
         return None
     if len(checks) == 1:
         return checks[0]
     return lambda x: all(f(x) for f in checks)  # type: ignore[misc]
+
+
+def timed_out_scans(c: Constraint, lm: LanguageModel) -> set:
+    """The keys of the scans of ``c`` under ``lm`` that ran out of time (:class:`TokenCheck`),
+    kept on the constraint per LM (a weak reference: a dropped LM takes its entries along)."""
+    per_lm = c.__dict__.get("_timed_out_scans")
+    if per_lm is None:
+        per_lm = c.__dict__["_timed_out_scans"] = weakref.WeakKeyDictionary()
+    return per_lm.setdefault(lm, set())
 
 
 class TokenCheck:
@@ -82,9 +103,15 @@ class TokenCheck:
     bound (:func:`~llamppl.decoding.time_bound.current_bound`): a prefix check that admits
     a text no token can extend makes the draw scan the whole vocabulary, which for a
     check of milliseconds takes minutes; past the bound :class:`CheckTimeout` ends the
-    particle (the one approximation, as for a single check that overruns). The verdict is
-    kept on the constraint for the text, budget and bound, so the particle's clones from
-    resampling end at once instead of scanning again."""
+    particle (the one approximation, as for a single check that overruns). The time-out is
+    kept, per constraint and LM, under everything the scan depended on (the context's tokens,
+    which fix the row scanned; the text; the tokens left; the end rule; the bound), so the
+    particle's clones from resampling end at once instead of scanning again, and no other
+    prompt, LM or bound inherits it. It is never taken as a verdict on the text.
+
+    ``sound`` (default True) lets a check that is sound but not closed under prefixes list
+    on the trie (:func:`~llamppl.decoding.constraints.sound_listings`); ``context`` is the
+    particle's token ids (prompt and generated)."""
 
     def __init__(
         self,
@@ -93,14 +120,17 @@ class TokenCheck:
         state: Any,
         costly_allows: Callable[[Any, int], bool],
         end_ids: Sequence[int],
+        *,
         only_end: bool,
         left: int | None,
         counted: Callable[[], None],
+        sound: bool = True,
+        context: Sequence[int] = (),
     ) -> None:
         self.constraint, self.lm, self.state = constraint, lm, state
         self.costly_allows, self.end_ids, self.ends = costly_allows, tuple(end_ids), set(end_ids)
         self.only_end, self.left, self.counted = only_end, left, counted
-        self.text_check = costly_text_check(lm, constraint, state)
+        self.text_check = costly_text_check(lm, constraint, state, sound)
         self.walk: TrieWalk | None = None  # the listing of exhaust, resumed across calls
         self.row: torch.Tensor | None = None  # the draw's masked log-probs (exhauster)
         self.rejected: set[int] = set()  # tokens this draw's checks rejected
@@ -108,8 +138,9 @@ class TokenCheck:
         self.kept: list[int] = []  # listed tokens within the budget
         self.end_ok: list[bool] = []
         self.bound, self.spent = current_bound(), 0.0  # seconds spent in this draw's checks
-        self.timed_out = constraint.__dict__.setdefault("_timed_out_scans", set())
-        self.key = (state, left, self.bound) if is_text_state(state) else None
+        self.timed_out = timed_out_scans(constraint, lm)
+        scan = (tuple(context), state, left, only_end, self.end_ids, self.bound)
+        self.key = scan if is_text_state(state) else None
 
     def _check(self, w: int) -> bool:
         c, lm, state = self.constraint, self.lm, self.state

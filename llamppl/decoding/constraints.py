@@ -42,8 +42,11 @@ enforces any of them and ``&`` composes any two:
     tokens_left - 1)`` may hold (end tokens True), or None for "any token" (the default).
     A draw may leave the other tokens out unchecked: they lead to certain failure.
 ``c.text_check(lm, state)``, ``c.prefix_closed``
-    The prefix check on the state's text followed by any string, when the check is closed
-    under prefixes (text constraints by default): :mod:`~llamppl.decoding.token_trie`.
+    The prefix check on the state's text followed by any string, when the constraint
+    declares that its check is closed under prefixes (``prefix_closed = True``: a rejected
+    text has no accepted extension), so the vocabulary's trie may be pruned on character
+    prefixes (:mod:`~llamppl.decoding.token_trie`). Undeclared (the default), every token's
+    whole text is checked, as the sampling formulation does.
 
 **Text constraints.** :class:`Constraint` itself is the text constraint: its state is
 the generated text ``s`` (the concatenation of ``lm.vocab[t]`` over the generated
@@ -57,7 +60,10 @@ C_F? default ``constraint(s)``) and, for speed, ``constraint.allowed_mask(lm, s)
 **A plain callable** ``f(text) -> bool`` becomes a :class:`PredicateConstraint` (prefix
 and complete check both ``f``, a function of the text alone: answers are remembered per
 text), checked lazily on the tokens drawn (:mod:`~llamppl.decoding.lazy_proposal`) under
-the time bound of :mod:`~llamppl.decoding.time_bound`.
+the time bound of :mod:`~llamppl.decoding.time_bound`. It is only ever asked about texts
+made of whole tokens unless it is declared closed under prefixes
+(``PredicateConstraint(f, prefix_closed=True)``), which lets a dead end be proved on the
+vocabulary's trie with a few hundred checks instead of one per token.
 
 **Composition.** ``a & b`` is :class:`AllOf`: allowed iff every part allows; its mask is
 cheap iff every part's is, and a lazy draw masks with the cheap parts and checks the others
@@ -66,7 +72,9 @@ on the tokens it draws: ``max_word_length(5) & banned_words(["rates"])``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -85,7 +93,36 @@ __all__ = [
     "AllOf",
     "as_constraint",
     "finish_rows",
+    "may_list",
+    "sound_listings",
 ]
+
+_SOUND_LISTINGS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "llamppl_sound_listings", default=True
+)
+
+
+@contextlib.contextmanager
+def sound_listings(allowed: bool) -> Iterator[None]:
+    """Whether, inside the block, a check that is only *sound* may be listed on the trie.
+
+    A sound check (it rejects a text only when no completion of it passes the complete
+    check; COLLIE's word checks) lists a subset of the tokens its scan accepts, leaving out
+    only tokens after which no text can pass the complete check. That keeps the target
+    exact when every final text faces the complete check, and not when cut texts are kept
+    without it (``HardConstraint(truncated="keep")``, which lists closed checks only).
+    """
+    token = _SOUND_LISTINGS.set(bool(allowed))
+    try:
+        yield
+    finally:
+        _SOUND_LISTINGS.reset(token)
+
+
+def may_list(c: Constraint) -> bool:
+    """Whether ``c.text_check`` may prune the trie here: a closed check always, a sound one
+    unless :func:`sound_listings` forbids it."""
+    return c.prefix_closed or _SOUND_LISTINGS.get()
 
 
 class ConstraintFailure(Exception):
@@ -106,10 +143,12 @@ class Constraint:
     objects are immutable: cloning a particle shares them.
     """
 
-    #: The prefix check rejects a text only when no completion of it passes ("can still be
-    #: completed" does, and then rejects every extension too); then :meth:`text_check` may list
-    #: allowed tokens on the vocabulary's trie (:mod:`~llamppl.decoding.token_trie`).
-    prefix_closed: bool = True
+    #: A promise of the subclass: the prefix check is closed under prefixes (it rejects every
+    #: extension of a text it rejects, as "can this still be completed?" does). Only then do
+    #: :meth:`text_check`, the default mask and the lazy draw's listing prune the vocabulary's
+    #: trie on character prefixes (:mod:`~llamppl.decoding.token_trie`). False by default: a
+    #: check that rejects "…x" but accepts "…xy" must not lose the token "xy".
+    prefix_closed: bool = False
 
     # ------------------------------------------------------------ text interface
     def __call__(self, text: str) -> bool:
@@ -124,7 +163,7 @@ class Constraint:
         trie when the check is closed under prefixes (:meth:`text_check`), else token by token."""
         mask = torch.zeros(lm.vocab_size, dtype=torch.bool)
         if bounded_call(self, text):
-            check = self.text_check(lm, text)
+            check = self.text_check(lm, text) if may_list(self) else None
             if check is None:
                 mask = torch.tensor([bool(bounded_call(self, text + t)) for t in lm.vocab])
             else:
@@ -171,7 +210,8 @@ class Constraint:
     def text_check(self, lm: LanguageModel, state: Any) -> Callable[[str], bool] | None:
         """``check(x)``: the prefix check of the state's text followed by any string ``x``
         (memoised), for :mod:`~llamppl.decoding.token_trie`; None for a state that is not
-        text, an overridden ``allows``, or ``prefix_closed`` false."""
+        text, an overridden ``allows``, or ``prefix_closed`` false. A subclass whose check
+        is sound but not closed may return it (:func:`sound_listings`)."""
         if self.prefix_closed and isinstance(state, str) and type(self).allows is Constraint.allows:
             return lambda x: self.checked(False, state + x)
         return None
@@ -260,12 +300,14 @@ class PredicateConstraint(Constraint):
     """Wraps a plain ``fn(text) -> bool``: the prefix check and the complete check are ``fn``.
 
     No cheap mask: a program checks it lazily on the tokens it draws. Calls are counted in
-    ``calls``. ``fn`` is taken to be closed under prefixes (false on every extension of a
-    text it rejects, as "can this still be completed?" is); with ``prefix_closed=False``
-    it is only ever called on texts made of whole tokens.
+    ``calls``. By default ``fn`` is only ever called on texts made of whole tokens, which is
+    exact for any ``fn``. ``prefix_closed=True`` declares that ``fn`` is false on every
+    extension of a text it rejects (as "can this still be completed?" is); the vocabulary's
+    trie is then pruned on character prefixes, so a dead end costs a few hundred calls
+    instead of one per token. A false declaration changes the target.
     """
 
-    def __init__(self, fn: Callable[[str], bool], prefix_closed: bool = True) -> None:
+    def __init__(self, fn: Callable[[str], bool], prefix_closed: bool = False) -> None:
         if not callable(fn):
             raise TypeError(f"predicate must be callable (text -> bool), got {type(fn).__name__}")
         if not isinstance(prefix_closed, bool):
@@ -304,6 +346,11 @@ class AllOf(Constraint):
     @property
     def cheap_mask(self) -> bool:
         return all(p.cheap_mask for p in self.parts)
+
+    @property
+    def prefix_closed(self) -> bool:  # type: ignore[override]
+        """Closed under prefixes iff every part is (an intersection of closed sets is)."""
+        return all(p.prefix_closed for p in self.parts)
 
     @property
     def cheap_parts(self) -> tuple[int, ...]:

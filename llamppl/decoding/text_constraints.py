@@ -93,6 +93,8 @@ class MaxWordLength(Constraint):
         allowed[w] = longest_run[w] <= n  and  r + leading_run[w] <= n
     """
 
+    prefix_closed = True  # a rejected text has no accepted extension
+
     def __init__(self, n: int) -> None:
         self.n = check_positive_int("n", n)
 
@@ -128,6 +130,8 @@ class BannedWords(Constraint):
     is refused if a word completed inside it is banned, or if it contains a
     non-letter and ``u + leading_letters(token)`` is banned.
     """
+
+    prefix_closed = True  # a rejected text has no accepted extension
 
     def __init__(self, words: Iterable[str], case_sensitive: bool = False) -> None:
         if isinstance(words, str) or not isinstance(words, Iterable):
@@ -224,6 +228,8 @@ class RegexPrefix(Constraint):
     (:func:`~llamppl.decoding.time_bound.current_bound`) as ``timeout=``; a call that
     exceeds it raises :class:`~llamppl.decoding.time_bound.CheckTimeout`.
     """
+
+    prefix_closed = True  # a rejected text has no accepted extension
 
     def __init__(
         self, pattern: str | regex.Pattern | re.Pattern, flags: int = 0, cache_size: int = 256

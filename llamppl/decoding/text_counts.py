@@ -34,6 +34,8 @@ class CharCount(Constraint):
     characters must come, and a token adds at most ``max_token_chars(lm)`` of them.
     """
 
+    prefix_closed = True  # a rejected text has no accepted extension
+
     def __init__(self, bounds: Bounds) -> None:
         self.bounds = bounds
 
@@ -78,6 +80,8 @@ class CharsAt(Constraint):
     negative positions count from the end and are checked only on the finished text.
     No budget of its own.
     """
+
+    prefix_closed = True  # a rejected text has no accepted extension
 
     def __init__(self, positions: Mapping[int, str]) -> None:
         if not isinstance(positions, Mapping) or not positions:

@@ -207,8 +207,9 @@ class TextStructure(Constraint):
         """The memoised prefix check of ``state + x`` for any string ``x``, as :meth:`allows`
         (the trie listing of :mod:`~llamppl.decoding.token_trie`). It rejects a text only
         when no completion of it can pass (sound; not always closed under prefixes: the
-        listing then leaves out only dead tokens, see that module)."""
-        if not (self.prefix_closed and isinstance(state, str)):
+        listing then leaves out only dead tokens, see that module; ``prefix_closed`` stays
+        False, so a program that keeps cut texts unchecked does not list)."""
+        if not isinstance(state, str):
             return None
         return lambda x: self._after(state, state + x)
 

@@ -52,8 +52,14 @@ _BOUND: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 )
 
 
-class CheckTimeout(Exception):
-    """A constraint check ran past its time bound."""
+class CheckTimeout(BaseException):
+    """A constraint check ran past its time bound.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``), so a check that ends in
+    ``except Exception: return False`` cannot turn a time-out into a rejection; and a check
+    that swallows it anyway (``except BaseException``) is caught out by :func:`bounded_call`,
+    which raises it again when the call returns after its bound fired.
+    """
 
 
 def check_timeout_seconds(name: str, value: object) -> float | None:
@@ -71,6 +77,7 @@ class _Watchdog:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.armed: dict[int, tuple[float, int]] = {}  # thread id -> (deadline, ticket)
+        self.fired: set[int] = set()  # tickets whose bound fired and that are not yet disarmed
         self.ticket = 0
         self.thread: threading.Thread | None = None
 
@@ -85,11 +92,20 @@ class _Watchdog:
                 self.thread.start()
             return self.ticket
 
-    def disarm(self, ticket: int) -> None:
+    def disarm(self, ticket: int) -> bool:
+        """Disarm ``ticket``; True when its bound fired (the check ran too long), in which case
+        an exception still pending for this thread is withdrawn: the caller raises its own."""
+        tid = threading.get_ident()
         with self.lock:
-            entry = self.armed.get(threading.get_ident())
+            entry = self.armed.get(tid)
             if entry is not None and entry[1] == ticket:
-                del self.armed[threading.get_ident()]
+                del self.armed[tid]
+                return False
+            fired = ticket in self.fired
+            self.fired.discard(ticket)
+            if fired:  # not yet delivered (or delivered and swallowed): clear it, never stray
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
+            return fired
 
     def _watch(self) -> None:
         while True:
@@ -98,7 +114,8 @@ class _Watchdog:
             with self.lock:  # a check that disarms first is never interrupted
                 late = [tid for tid, (deadline, _) in self.armed.items() if deadline <= now]
                 for tid in late:
-                    del self.armed[tid]  # fire once: no stray exception after the check
+                    _, ticket = self.armed.pop(tid)  # fire once: no stray exception after the check
+                    self.fired.add(ticket)
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
                         ctypes.c_ulong(tid), ctypes.py_object(CheckTimeout)
                     )
@@ -123,12 +140,20 @@ def time_bound(seconds: float | None) -> Iterator[None]:
 
 
 def bounded_call(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``, or :class:`CheckTimeout` once it has run for the current bound."""
+    """``fn(*args)``, or :class:`CheckTimeout` once it has run for the current bound.
+
+    A call whose bound fired raises :class:`CheckTimeout` even when ``fn`` caught the
+    exception and returned: its answer was cut short, so it is never taken as a verdict.
+    """
     seconds = _BOUND.get()
     if seconds is None:
         return fn(*args)
     ticket = _WATCHDOG.arm(seconds)
+    fired = False
     try:
-        return fn(*args)
+        result = fn(*args)
     finally:
-        _WATCHDOG.disarm(ticket)
+        fired = _WATCHDOG.disarm(ticket)
+    if fired:
+        raise CheckTimeout(f"check timed out (over {seconds:g} s)")
+    return result

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pytest
+from exact_reference import assert_unbiased_paths, weighted_paths
 
 from llamppl import FunctionLM, run
 from llamppl.decoding.constraints import PredicateConstraint
@@ -41,7 +42,7 @@ def no_double_b(text: str) -> bool:
 
 
 def _brute(max_tokens, stop, truncated="check", complete=no_double_b):
-    """{string: P} and Z with the newline rule: a token containing a newline ends the text.
+    """{token path: P} and Z with the newline rule: a token containing a newline ends the text.
 
     ``complete`` is the complete check (ended texts, and cut ones under ``"check"``)."""
     ends = {EOS} | ({3, 4} if stop == "newline" else set())
@@ -62,31 +63,27 @@ def _brute(max_tokens, stop, truncated="check", complete=no_double_b):
                 continue
             if not ended and truncated == "drop":
                 continue
-            key = LM.decode(list(seq))
-            weights[key] = weights.get(key, 0.0) + math.exp(LM.sequence_logprob(PROMPT, seq))
+            weights[seq] = weights.get(seq, 0.0) + math.exp(LM.sequence_logprob(PROMPT, seq))
     z = sum(weights.values())
     return {key: w / z for key, w in weights.items()}, z
 
 
 def assert_exact(model, target: dict, z: float):
-    """``enumerate_exact(model)`` has log Z = log ``z`` and the posterior ``target``."""
+    """``enumerate_exact(model)`` has log Z = log ``z`` and the posterior ``target`` (by path)."""
     exact = run(enumerate_exact(model))
     assert exact.log_ml == pytest.approx(math.log(z), abs=1e-10)
-    assert exact.posterior.keys() == target.keys()
+    paths = weighted_paths(exact)
+    total = sum(paths.values())
+    assert paths.keys() == target.keys()
     for key, w in target.items():
-        assert exact.posterior[key] == pytest.approx(w, abs=1e-10)
+        assert paths[key] / total == pytest.approx(w, abs=1e-10)
     return exact
 
 
 def assert_unbiased(runs: list, target: dict, z: float) -> None:
-    """E[Ẑ] = Z and E[Ẑ π̂(s)] = Z π(s) for every string, within 4 standard errors."""
-    z_hats = np.array([math.exp(r.log_ml) for r in runs])
-    se = z_hats.std(ddof=1) / math.sqrt(len(runs))
-    assert abs(z_hats.mean() - z) <= 4 * se
-    for key, w in target.items():
-        est = np.array([math.exp(r.log_ml) * r.posterior.get(key, 0.0) for r in runs])
-        se_k = max(est.std(ddof=1), math.sqrt(z * w)) / math.sqrt(len(runs))
-        assert abs(est.mean() - z * w) <= 4 * se_k, (key, est.mean(), z * w)
+    """E[Ẑ] = Z and E[Ẑ π̂(B)] = Z π(B) per bin of paths, no weight outside the target, each
+    within 4 measured standard errors (:func:`exact_reference.assert_unbiased_paths`)."""
+    assert_unbiased_paths(runs, target, z)
 
 
 @pytest.mark.parametrize("stop", ["eos", "newline"])
@@ -185,6 +182,10 @@ class NoA(PredicateConstraint):
     def accepts_end(self, text: str) -> bool:
         return "a" not in text
 
+    def text_check(self, lm, state):
+        """The sound check listed on the trie, as COLLIE's text structure does."""
+        return lambda x: self.checked(False, state + x)
+
 
 class NoABudgeted(NoA):
     """NoA that also reasons about the budget: a text cut with no token left passes iff it may
@@ -206,10 +207,12 @@ def test_a_sound_check_not_closed_under_prefixes_keeps_smc_unbiased(monkeypatch,
     assert ab not in listed and check.allows(NO_A_LM, "", ab)
     sampled = HardConstraint(NO_A_LM, [5], check, "sample", 3, stop="newline")
     exact = run(enumerate_exact(sampled))  # G = 1_C per token: the target, with the scan's A
+    paths = weighted_paths(exact)
+    z, total = math.exp(exact.log_ml), sum(paths.values())
     monkeypatch.setattr(lazy_proposal, "EXHAUST_AFTER", 1)
     model = HardConstraint(NO_A_LM, [5], check, max_tokens=3, stop="newline")
     runs = [run(smc_standard(model, 4, seed=s)) for s in range(300)]
-    assert_unbiased(runs, exact.posterior, math.exp(exact.log_ml))
+    assert_unbiased(runs, {p: w / total for p, w in paths.items()}, z)
 
 
 class OnlyA(PredicateConstraint):
