@@ -89,6 +89,29 @@ class SMCResult(Sequence):
         """Effective sample size of the final weights."""
         return ess(self.log_weights)
 
+    def _cut(self, key: str) -> bool:
+        """Whether every weighted particle with this posterior key was cut at a token limit
+        (a program's ``ending == "cut"``, e.g. ``HardConstraint``'s) rather than ended."""
+        endings = {
+            getattr(p, "ending", None)
+            for p, w in zip(self.particles, self.weights)
+            if w > 0 and p.string_for_serialization() == key
+        }
+        return endings == {"cut"}
+
+    def _notes(self) -> list[str]:
+        """Remarks on what the weighted particles' texts are (shown under the posterior)."""
+        weighted = [p for p, w in zip(self.particles, self.weights) if w > 0]
+        notes = []
+        if any(getattr(p, "ending", None) == "cut" for p in weighted):
+            notes.append("(cut): the text reached the token limit instead of ending")
+        if any(getattr(p, "prefix_only", False) for p in weighted):
+            notes.append(
+                "these texts were accepted by the prefix check alone (give complete= for a "
+                "separate check of finished texts)"
+            )
+        return notes
+
     @property
     def posterior(self) -> dict[str, float]:
         """Normalised weight of each distinct ``string_for_serialization()``, largest first."""
@@ -125,7 +148,8 @@ class SMCResult(Sequence):
         if self.failures:
             lines.append(f"  particles that died, by cause: {self._failure_text()}")
         for text, w in list(self.posterior.items())[:10]:
-            lines.append(f"  {w:8.4f}  {text!r}")
+            lines.append(f"  {w:8.4f}  {text!r}{' (cut)' if self._cut(text) else ''}")
+        lines += [f"  note: {note}" for note in self._notes()]
         return "\n".join(lines)
 
     def _failure_text(self) -> str:
@@ -133,9 +157,11 @@ class SMCResult(Sequence):
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><td>{w:.4f}</td><td style='text-align:left;white-space:pre-wrap'>{html.escape(t)}</td></tr>"
+            f"<tr><td>{w:.4f}</td><td style='text-align:left;white-space:pre-wrap'>{html.escape(t)}"
+            f"{' <i>(cut)</i>' if self._cut(t) else ''}</td></tr>"
             for t, w in list(self.posterior.items())[:20]
         )
+        notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in self._notes())
         viewer = ""
         if self.record is not None:  # the run viewer, folded, in a sandboxed frame
             from .viewer import render_html
@@ -155,5 +181,5 @@ class SMCResult(Sequence):
                 else ""
             )
             + f"<table><tr><th>weight</th><th style='text-align:left'>particle</th></tr>{rows}</table>"
-            f"{viewer}"
+            f"{notes}{viewer}"
         )

@@ -46,6 +46,13 @@ class LMContext:
     temp : float
         Temperature τ > 0: ``next_token()`` draws from ``softmax(log p / τ)`` and its
         ``log_prob`` is that tempered probability.
+    show_prompt : bool
+        Whether ``str(context)`` starts with the prompt (default: the generated text only).
+    show_eos : bool
+        Whether ``str(context)`` ends with the end token's text (``<|im_end|>``) once the
+        context has ended. Default False: a check on ``str(context)`` sees the text the model
+        wrote, so ``condition("e" not in str(context))`` does not kill every ending particle.
+        LLaMPPL's default was True; pass ``show_eos=True`` for its display.
 
     Attributes
     ----------
@@ -61,7 +68,7 @@ class LMContext:
         prompt: str | Sequence[int] | None = None,
         temp: float = 1.0,
         show_prompt: bool = False,
-        show_eos: bool = True,
+        show_eos: bool = False,
         *,
         messages: Sequence[dict] | None = None,
     ) -> None:

@@ -106,6 +106,7 @@ class Model:
         self._chooser = None
         self._twist_amount = 0.0
         self._failure = None
+        self._ending = None
         return self
 
     def __init__(self) -> None:
@@ -191,6 +192,23 @@ class Model:
     def failure(self, cause: str | None) -> None:
         self._failure = cause
 
+    @property
+    def ending(self) -> str | None:
+        """How a finished particle's text finished: ``"end token"`` (its LM ended it) or
+        ``"cut"`` (the program stopped it, at a token limit); None while it runs, when it died,
+        or when the program has no single ``LMContext`` to tell. Programs may set it
+        (``HardConstraint`` does); results mark cut texts (``SMCResult``)."""
+        if self._ending is not None or not self.finished or self.weight == -math.inf:
+            return self._ending
+        contexts = [v for v in vars(self).values() if isinstance(v, LMContext)]
+        if len(contexts) == 1:
+            return "end token" if contexts[0].finished else "cut"
+        return None
+
+    @ending.setter
+    def ending(self, how: str | None) -> None:
+        self._ending = how
+
     def twist(self, amount: float) -> None:
         """Add an intermediate potential ``amount`` (undo it later with ``twist(-amount)`` or :meth:`untwist`)."""
         amount = real_number("twist(amount)", amount)
@@ -235,6 +253,7 @@ class Model:
         self.finished = False
         self._twist_amount = 0.0
         self._failure = None
+        self._ending = None
 
     def finish(self) -> None:
         """Mark the particle as done; inference stops stepping it."""

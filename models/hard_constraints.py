@@ -81,7 +81,6 @@ from llamppl.context import LMContext
 from llamppl.decoding.constraints import (
     Constraint,
     ConstraintFailure,
-    PredicateConstraint,
     as_constraint,
     sound_listings,
 )
@@ -161,6 +160,12 @@ class HardConstraint(Model):
         for writing a required word is not outweighed by those that put it off. A twist
         too; the default 8 is about what a required word costs SmolLM2 at its position; 0
         turns it off.
+    complete : Callable[[str], bool] | None
+        The complete check of a finished text, when ``predicate`` is the prefix check only
+        (``HardConstraint(lm, prompt, prefix_ok, complete=done)``): a text ends (at an end
+        token, or cut at ``max_tokens`` under ``truncated="check"``) only if ``done(text)``.
+        Without it a plain callable is both checks, and the result notes that finished texts
+        were accepted by the prefix check alone.
     hint_prob : float
         Probability, in [0, 1), with which the lazy proposal draws among the constraint's
         allowed hints (:meth:`~llamppl.decoding.constraints.Constraint.hint`: the first
@@ -182,6 +187,9 @@ class HardConstraint(Model):
         Tokens taken as forced tokens.
     failure : str | None
         Why the particle got weight zero (None while alive).
+    ending : str | None
+        How the text finished: ``"end token"`` (EOS, or a newline under ``stop="newline"``),
+        ``"cut"`` (at ``max_tokens``), None while it runs or after it died.
     """
 
     #: How failure causes name the constraint ("token outside the constraint").
@@ -203,6 +211,7 @@ class HardConstraint(Model):
         need_twist: float = 0.5,
         target_twist: float = 8.0,
         hint_prob: float = 0.5,
+        complete: Callable[[str], bool] | None = None,
     ) -> None:
         super().__init__()
         one_of("proposal", proposal, PROPOSALS)
@@ -212,7 +221,7 @@ class HardConstraint(Model):
         self.sound_listings = self.truncated != "keep"
         if not isinstance(fast_forward, bool):
             raise TypeError(f"fast_forward must be a bool, got {type(fast_forward).__name__}")
-        self.constraint = as_constraint(predicate)
+        self.constraint = as_constraint(predicate, complete=complete)
         self.check_timeout = check_timeout_seconds("check_timeout", check_timeout)
         self.max_tokens = (
             None if max_tokens is None else check_positive_int("max_tokens", max_tokens)
@@ -221,8 +230,9 @@ class HardConstraint(Model):
             proposal = "mask" if self.constraint.cheap_mask else "lazy"
         self.proposal = proposal
         self.fast_forward = fast_forward
-        bare = type(self.constraint) is PredicateConstraint  # complete check = prefix check
-        self.twists = Twists.checked(end_twist, need_twist, target_twist, end_varies=not bare)
+        self.twists = Twists.checked(
+            end_twist, need_twist, target_twist, end_varies=not self.prefix_only
+        )
         hint_prob = real_number("hint_prob", hint_prob)  # 0-d tensors and NumPy scalars too
         self.hint_prob = check_unit_interval(
             "hint_prob", hint_prob, open_left=False, open_right=True
@@ -232,6 +242,7 @@ class HardConstraint(Model):
         self.state = self.constraint.start(lm)
         self.checks = self.forced = 0
         self.failure = None
+        self.ending = None  # "end token" or "cut" once finished
         if isinstance(self.state, str):
             with time_bound(self.check_timeout):
                 if not self.constraint(""):
@@ -309,6 +320,7 @@ class HardConstraint(Model):
         """Advance the state by ``token``; end or cut the text."""
         lm = self.context.lm
         if token in self.end_ids:
+            self.ending = "end token"
             self.finish()
             return
         self.state = self.constraint.advance(lm, self.state, token)
@@ -316,6 +328,7 @@ class HardConstraint(Model):
             if self.truncated == "check" and not self.constraint.ends(lm, self.state):
                 self._die("token limit")
                 return
+            self.ending = "cut"
             self.finish()
             return
         level, checks = self.twists.log_psi(self.constraint, lm, self.state)
@@ -422,6 +435,13 @@ class HardConstraint(Model):
         """The generated text as the constraint sees it (no end token)."""
         return self.constraint.text_of(self.context.lm, self.state)
 
+    @property
+    def prefix_only(self) -> bool:
+        """Whether finished texts are accepted by the prefix check alone (a plain callable
+        given without ``complete=``): then a text that may still be completed counts as done."""
+        return bool(getattr(self.constraint, "prefix_only", False))
+
     def string_for_serialization(self) -> str:
-        """The generated text (the end token shown as the LM decodes it)."""
-        return str(self.context)
+        """The posterior key: the generated text as the constraint sees it (:attr:`text`, no
+        end token); :attr:`ending` tells an ended text from a cut one."""
+        return self.text

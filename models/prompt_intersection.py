@@ -135,5 +135,5 @@ class PromptIntersection(Model):
             self.finish()
 
     def string_for_serialization(self) -> str:
-        """The shared continuation (stop token shown as the LM decodes it)."""
+        """The shared continuation (an end token not shown; a stop string is)."""
         return str(self.contexts[0])

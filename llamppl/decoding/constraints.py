@@ -297,7 +297,8 @@ class Constraint:
 
 
 class PredicateConstraint(Constraint):
-    """Wraps a plain ``fn(text) -> bool``: the prefix check and the complete check are ``fn``.
+    """Wraps a plain ``fn(text) -> bool``: the prefix check is ``fn``, the complete check is
+    ``complete`` when given, else ``fn`` too.
 
     No cheap mask: a program checks it lazily on the tokens it draws. Calls are counted in
     ``calls``. By default ``fn`` is only ever called on texts made of whole tokens, which is
@@ -307,18 +308,41 @@ class PredicateConstraint(Constraint):
     instead of one per token. A false declaration changes the target.
     """
 
-    def __init__(self, fn: Callable[[str], bool], prefix_closed: bool = False) -> None:
+    def __init__(
+        self,
+        fn: Callable[[str], bool],
+        prefix_closed: bool = False,
+        complete: Callable[[str], bool] | None = None,
+    ) -> None:
         if not callable(fn):
             raise TypeError(f"predicate must be callable (text -> bool), got {type(fn).__name__}")
         if not isinstance(prefix_closed, bool):
             raise TypeError(f"prefix_closed must be a bool, got {type(prefix_closed).__name__}")
+        if complete is not None and not callable(complete):
+            raise TypeError(
+                f"complete must be callable (text -> bool) or None, got {type(complete).__name__}"
+            )
         self.fn = fn
+        self.complete = complete
         self.calls = 0
         self.prefix_closed = prefix_closed
 
     def __call__(self, text: str) -> bool:
         self.calls += 1
         return bool(self.fn(text))
+
+    def accepts_end(self, text: str) -> bool:
+        """The complete check: ``complete(text)`` when one was given, else ``fn(text)`` (the
+        prefix check alone: a text is accepted when it may still be completed)."""
+        if self.complete is None:
+            return self(text)
+        self.calls += 1
+        return bool(self.complete(text))
+
+    @property
+    def prefix_only(self) -> bool:
+        """Whether finished texts are judged by the prefix check alone (no ``complete``)."""
+        return self.complete is None and type(self).accepts_end is PredicateConstraint.accepts_end
 
     def __repr__(self) -> str:
         return f"PredicateConstraint({getattr(self.fn, '__name__', self.fn)!r})"
@@ -436,12 +460,22 @@ class AllOf(Constraint):
         return " & ".join(map(repr, self.parts))
 
 
-def as_constraint(predicate: object, name: str = "predicate") -> Constraint:
-    """``predicate`` itself if it is a :class:`Constraint`, else a :class:`PredicateConstraint`."""
-    if isinstance(predicate, Constraint):
-        return predicate
-    if not callable(predicate):
+def as_constraint(
+    predicate: object, name: str = "predicate", complete: Callable[[str], bool] | None = None
+) -> Constraint:
+    """``predicate`` itself if it is a :class:`Constraint`, else a :class:`PredicateConstraint`;
+    with ``complete`` (a complete check of the finished text), a constraint whose complete check
+    also asks it."""
+    if not isinstance(predicate, Constraint) and not callable(predicate):
         raise TypeError(
             f"{name} must be callable (text -> bool) or a Constraint, got {type(predicate).__name__}"
         )
-    return PredicateConstraint(predicate)
+    if complete is None:
+        return predicate if isinstance(predicate, Constraint) else PredicateConstraint(predicate)
+    if isinstance(predicate, Constraint):
+        return predicate & PredicateConstraint(_anything, prefix_closed=True, complete=complete)
+    return PredicateConstraint(predicate, complete=complete)
+
+
+def _anything(text: str) -> bool:
+    return True

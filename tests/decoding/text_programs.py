@@ -57,7 +57,7 @@ def brute(constraint, max_tokens):
                 continue
             text = "".join(VOCAB[t] for t in seq if t != EOS)
             if constraint.accepts_end(text):
-                key = LM.decode(list(seq))
+                key = text  # posterior keys are the text, no end token
                 weights[key] = weights.get(key, 0.0) + math.exp(LM.sequence_logprob([0], seq))
     z = sum(weights.values())
     _BRUTE[repr(constraint), max_tokens] = ({key: w / z for key, w in weights.items()}, z)

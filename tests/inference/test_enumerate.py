@@ -50,7 +50,8 @@ def test_lm_program_matches_brute_force():
                 continue
             if t == 3 or len(ctx) == 3:
                 total += q
-                post[s] = post.get(s, 0.0) + q
+                key = text if t == 3 else s  # str(context) shows no end token
+                post[key] = post.get(key, 0.0) + q
             else:
                 walk(ctx + (t,), s, q)
 

@@ -85,7 +85,7 @@ def test_hard_constraint_ends_on_every_end_token(proposal):
     model = HardConstraint(LM, [0], constraint, proposal=proposal, max_tokens=3)
     exact = run(enumerate_exact(model))
     assert exact.log_ml == pytest.approx(math.log(z((0,), "")), abs=1e-10)
-    assert any(key.endswith("<e2>") for key in exact.posterior)
+    assert any(p.context.tokens[-1] == E2 and p.ending == "end token" for p in exact.particles)
 
 
 def test_eos_ids_reads_generation_config_lists():

@@ -96,7 +96,7 @@ def _brute_force(lm, c, truncated="check"):
                 elif truncated == "drop":
                     ok = False
                 if ok:
-                    key = lm.decode(list(seq))
+                    key = lm.decode(list(body))  # the text: posterior keys show no end token
                     p = math.exp(lm.sequence_logprob(PROMPT, seq))
                     weights[key] = weights.get(key, 0.0) + p
     z = sum(weights.values())

@@ -45,8 +45,9 @@ def _brute_force(lm, prompts, stop=(EOS,)):
             if any(stops[:-1]) or (k < MAX_TOKENS and not stops[-1]):
                 continue  # stopped early, or neither stopped nor truncated
             w = math.exp(sum(lm.sequence_logprob(p, seq) for p in prompts))
-            if w > 0:
-                weights[lm.decode(list(seq))] = w
+            if w > 0:  # the key is the text: an end token is not shown (stop strings are)
+                key = lm.decode([t for t in seq if t != EOS])
+                weights[key] = weights.get(key, 0.0) + w
     z = sum(weights.values())
     return {k: v / z for k, v in weights.items()}, z
 
