@@ -241,7 +241,7 @@ class GrammarConstraint(HardConstraint):
             return self.state
         return self.state[self.constraint.parts.index(self.grammar)]
 
-    def _die(self, cause: str) -> None:
+    def die(self, cause: str) -> None:
         if cause.startswith("grammar engine") and cause not in _WARNED:
             _WARNED.add(cause)
             warnings.warn(
@@ -250,7 +250,7 @@ class GrammarConstraint(HardConstraint):
                 RuntimeWarning,
                 stacklevel=3,
             )
-        super()._die(cause)
+        super().die(cause)
 
     def string_for_serialization(self) -> str:
         """The generated text (without EOS): the posterior key."""

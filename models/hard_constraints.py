@@ -27,7 +27,9 @@ constraint has a cheap batched mask (grammars, the ready-made text constraints).
 The lazy proposal is the right choice for a costly check (a chemistry parser, a
 type checker): ``proposal="auto"`` (the default) picks the mask when
 ``constraint.cheap_mask`` and the lazy proposal otherwise. For ``cheap & costly``
-the lazy draw masks with the cheap parts and checks only the costly ones.
+the lazy draw masks with the cheap parts and checks only the costly ones. Each
+formulation is an object behind one interface (:mod:`.constraint_formulations`);
+the program holds the state, the endings, the budget and the twists.
 
 **Endings.** A particle ends at EOS, and with ``stop="newline"`` also at any token
 that contains a newline (the rule of the AWRS paper's molecule and pattern tasks):
@@ -72,10 +74,7 @@ A text constraint sees the concatenation of ``lm.vocab[t]`` over the generated t
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable, Sequence
-
-import torch
 
 from llamppl.context import LMContext
 from llamppl.decoding.constraints import (
@@ -84,7 +83,6 @@ from llamppl.decoding.constraints import (
     as_constraint,
     sound_listings,
 )
-from llamppl.decoding.lazy_proposal import lazy_draw
 from llamppl.decoding.time_bound import (
     DEFAULT_CHECK_TIMEOUT,
     CheckTimeout,
@@ -93,20 +91,14 @@ from llamppl.decoding.time_bound import (
 )
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
-from llamppl.rng import current_rng
 from llamppl.validation import check_positive_int, check_unit_interval, real_number
 
 from .constrained_tokens import (
-    DrawnToken,
-    MaskedNextToken,
-    allowed_hints,
     end_token_ids,
-    mask_round,
-    masked_round,
     one_of,
 )
+from .constraint_formulations import FORMULATIONS
 from .constraint_twists import Twists
-from .token_check import TokenCheck, split_costly
 
 __all__ = ["HardConstraint", "PROPOSALS", "STOPS", "TRUNCATED"]
 
@@ -229,6 +221,7 @@ class HardConstraint(Model):
         if proposal == "auto":
             proposal = "mask" if self.constraint.cheap_mask else "lazy"
         self.proposal = proposal
+        self.formulation = FORMULATIONS[proposal]  # how a token is drawn and weighted
         self.fast_forward = fast_forward
         self.twists = Twists.checked(
             end_twist, need_twist, target_twist, end_varies=not self.prefix_only
@@ -257,14 +250,14 @@ class HardConstraint(Model):
             try:
                 await self._step()
             except CheckTimeout as exc:
-                self._die(str(exc) or f"check timed out (over {self.check_timeout:g} s)")
+                self.die(str(exc) or f"check timed out (over {self.check_timeout:g} s)")
             except ConstraintFailure as failure:
-                self._die(failure.cause)
+                self.die(failure.cause)
 
     async def _step(self) -> None:
         ctx, lm = self.context, self.context.lm
         ahead = None  # the next draw's log-probs, when the forced chain already read them
-        if self.proposal != "sample" and self.fast_forward:
+        if self.formulation.takes_forced and self.fast_forward:
             ahead = await self._take_forced()
         last = self.max_tokens is not None and len(ctx.generated) + 1 >= self.max_tokens
         only_end = last and self.truncated == "drop"
@@ -272,48 +265,11 @@ class HardConstraint(Model):
         if self.max_tokens is not None and self.truncated != "keep":
             left = self.max_tokens - len(ctx.generated)
             if not self.constraint.reachable(lm, self.state, left):  # a count out of reach
-                self._die("token limit: the constraint cannot be met in the tokens left")
+                self.die("token limit: the constraint cannot be met in the tokens left")
                 return
-        if self.proposal == "sample":
-            token = int(await self.sample(ctx.next_token()))  # M_t = p
-            self.checks += 1
-            if token in self.end_ids:
-                if not self.constraint.ends(lm, self.state):  # G_t = 1_{C_F}(s)
-                    cause = self.constraint.end_failure(lm, self.state)
-                    self._die(cause or "end before the text is complete")
-                    return
-            elif only_end:
-                self._die("token limit")
-                return
-            elif not self.constraint.allows(lm, self.state, token):  # G_t = 1_C(s w)
-                self._die(f"token outside the {self.constraint_noun}")
-                return
-        elif self.proposal == "mask":
-            log_probs = ahead if ahead is not None else await ctx.next_token_logprobs()
-            end_ok = self.constraint.ends(lm, self.state)
-            q, log_mass = await masked_round(
-                lm,
-                self.constraint,
-                self.state,
-                log_probs,
-                end_ok,
-                only_end,
-                self.end_ids,
-                self.sound_listings,
-            )
-            if log_mass == -math.inf:
-                self._die("token limit" if only_end else self._end_cause())
-                return
-            self.score(log_mass)  # G'_t = allowed mass
-            token = int(await self.sample(MaskedNextToken(ctx, q, log_mass)))  # M'_t = q / G'_t
-        else:
-            drawn = await self._lazy_draw(only_end, ahead, left)
-            if drawn is None:
-                return
-            token = int(await self.sample(ctx.next_token(), proposal=drawn))  # weight += log Ẑ
-            if self.weight == -math.inf:  # the hint mixture's rest branch found no token
-                self._die("no allowed token besides the hints")
-                return
+        token = await self.formulation.draw(self, ahead=ahead, only_end=only_end, left=left)
+        if token is None:  # the particle died (its cause named)
+            return
         self._after(token, last)
 
     def _after(self, token: int, last: bool) -> None:
@@ -326,7 +282,7 @@ class HardConstraint(Model):
         self.state = self.constraint.advance(lm, self.state, token)
         if last:
             if self.truncated == "check" and not self.constraint.ends(lm, self.state):
-                self._die("token limit")
+                self.die("token limit")
                 return
             self.ending = "cut"
             self.finish()
@@ -341,53 +297,6 @@ class HardConstraint(Model):
         if self.twist_amount:
             self.untwist()
         super().finish()
-
-    # ------------------------------------------------------------ the lazy draw
-    async def _lazy_draw(self, only_end: bool, ahead=None, left=None) -> DrawnToken | None:
-        """The lazy draw (:func:`~llamppl.decoding.lazy_proposal.lazy_draw`) on this row.
-        With ``left`` tokens in the budget, a token after which the constraint is out of
-        reach is never proposed (:class:`~.token_check.TokenCheck`): the weight is
-        the mass of the tokens that can still succeed, and the target is unchanged (a text
-        that passes within the budget has every prefix reachable; ``reachable`` is sound)."""
-        ctx, lm, c = self.context, self.context.lm, self.constraint
-        log_probs = ahead if ahead is not None else await ctx.next_token_logprobs()  # (V,)
-        row = log_probs
-        (cheap, costly_allows), mask = split_costly(lm, c), None
-        if cheap is not None:
-            mask = await mask_round(lm, c, self.state, cheap)  # (V,) bool
-        if left is not None:  # tokens after which the budget certainly fails are left out
-            budget = c.budget_mask(lm, self.state, left)
-            if budget is not None:
-                mask = budget if mask is None else mask & budget
-        if mask is not None:
-            # end tokens (EOS, and newlines under stop="newline") are never masked out: the
-            # draw's check decides them by the complete check of the whole constraint
-            mask = mask.clone()
-            mask[self._end_index(mask.device)] = True
-            row = log_probs.masked_fill(~mask, -math.inf)
-        allowed = TokenCheck(
-            c,
-            lm,
-            self.state,
-            costly_allows,
-            self.end_ids,
-            only_end=only_end,
-            left=left,
-            counted=self._count_check,
-            sound=self.sound_listings,
-            context=ctx.tokens,
-        )
-        on = self.hint_prob and not only_end
-        hints, checked = allowed_hints(c, lm, self.state, row, allowed, self.end_ids, on)
-        rest, exhaust = (lambda w: w not in checked and allowed(w)), allowed.exhauster(checked, row)
-        draw = await lazy_draw(row, rest, current_rng(), hints, self.hint_prob, exhaust)
-        full = allowed if mask is None else (lambda w: bool(mask[w]) and allowed(w))
-        if draw.token is None and hints:  # the rest branch found A − H empty: weight 0 (a
-            return DrawnToken(lm, log_probs, (*hints[0], -math.inf), full)  # token, for replays)
-        if draw.token is None:  # Z = 0 exactly: no token of positive probability is allowed
-            self._die("token limit" if only_end else self._end_cause())
-            return None
-        return DrawnToken(lm, log_probs, (draw.token, draw.log_p, draw.log_weight), full)
 
     # ------------------------------------------------------------ forced tokens
     async def _take_forced(self):
@@ -415,18 +324,17 @@ class HardConstraint(Model):
             self.forced += len(chain)
         return ahead
 
-    def _end_index(self, device) -> torch.Tensor:
-        """The end tokens' ids as a ``(E,)`` index on ``device`` (for masks)."""
-        return torch.as_tensor(self.end_ids, dtype=torch.long, device=device)
-
     # ------------------------------------------------------------ outcomes
-    def _count_check(self) -> None:
+    def count_check(self) -> None:
+        """Count one check of this particle's constraint (a formulation's draw calls it)."""
         self.checks += 1
 
-    def _end_cause(self) -> str:
+    def end_cause(self) -> str:
+        """Why no token is allowed here (the constraint's end failure, when it names one)."""
         return self.constraint.end_failure(self.context.lm, self.state) or "no allowed token"
 
-    def _die(self, cause: str) -> None:
+    def die(self, cause: str) -> None:
+        """Weight zero, with ``cause`` as the particle's :attr:`failure`."""
         self.failure = cause
         self.condition(False)
 

@@ -112,8 +112,8 @@ MUTATIONS = [
     ),
     Mutation(
         "newline removed by the cheap mask",
-        "models/hard_constraints.py",
-        "mask[self._end_index(mask.device)] = True",
+        "models/constraint_formulations.py",
+        "mask[torch.as_tensor(model.end_ids, dtype=torch.long, device=mask.device)] = True",
         "mask[list(lm.eos_token_ids)] = True",
         (EXACT,),
     ),
@@ -127,8 +127,8 @@ MUTATIONS = [
     Mutation(
         "plain callables closed under prefixes by default",
         "llamppl/decoding/constraints.py",
-        "def __init__(self, fn: Callable[[str], bool], prefix_closed: bool = False) -> None:",
-        "def __init__(self, fn: Callable[[str], bool], prefix_closed: bool = True) -> None:",
+        "        prefix_closed: bool = False,\n        complete: Callable",
+        "        prefix_closed: bool = True,\n        complete: Callable",
         (EXACT,),
     ),
     Mutation(

@@ -30,7 +30,7 @@ from llamppl import FunctionLM, run
 from llamppl.decoding import lazy_proposal
 from llamppl.decoding.constraints import Constraint, PredicateConstraint
 from llamppl.inference import enumerate_exact, smc_standard
-from llamppl.models import HardConstraint, hard_constraints, token_check
+from llamppl.models import HardConstraint, constraint_formulations, token_check
 
 RUNS = 400  # seeded SMC runs per estimate (N = 4)
 
@@ -126,8 +126,8 @@ class Counts:
         self.listed = self.hinted = self.cheap = 0
         exhaust, hints, mask = (
             token_check.TokenCheck.exhaust,
-            hard_constraints.allowed_hints,
-            hard_constraints.mask_round,
+            constraint_formulations.allowed_hints,
+            constraint_formulations.mask_round,
         )
 
         def counted_exhaust(check, budget):
@@ -145,8 +145,8 @@ class Counts:
             return await mask(*args, **kw)
 
         monkeypatch.setattr(token_check.TokenCheck, "exhaust", counted_exhaust)
-        monkeypatch.setattr(hard_constraints, "allowed_hints", counted_hints)
-        monkeypatch.setattr(hard_constraints, "mask_round", counted_mask)
+        monkeypatch.setattr(constraint_formulations, "allowed_hints", counted_hints)
+        monkeypatch.setattr(constraint_formulations, "mask_round", counted_mask)
 
 
 def test_the_lazy_draw_in_smc_is_unbiased_where_listing_hints_and_newlines_all_happen(
