@@ -36,6 +36,7 @@ the engines and the library programs, which re-export its public names (the old
 """
 
 from .constraints import AllOf, Constraint, ConstraintFailure, PredicateConstraint, as_constraint
+from .grammar_compile import CompileTimeout
 from .power_law import PRESETS as POWER_LAW_PRESETS
 from .power_law import PowerLawDraw, PowerLawSampler
 from .power_law_proposal import PowerLawProposal, power_law_history
@@ -49,6 +50,7 @@ __all__ = [
     "AllOf",
     "as_constraint",
     "CheckTimeout",
+    "CompileTimeout",
     "time_bound",
     "banned_words",
     "max_word_length",

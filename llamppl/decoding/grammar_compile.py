@@ -16,8 +16,10 @@ JSON Schemas compile in up to four tiers (``Grammar.from_json_schema``):
 3. **stripped** — when even that fails, the keywords llguidance cannot express are
    removed (:mod:`~llamppl.decoding.json_relax`: ``pattern``s with lookarounds or
    backreferences, such ``patternProperties``, the sibling keys of a circular ``$ref``),
-   again a superset; the dropped patterns come back as a prefix check on their strings
-   (:attr:`Grammar.prefix_checks`, which ``GrammarConstraint`` composes with the grammar);
+   again a superset; the dropped patterns come back as a prefix check on the strings
+   they apply to unconditionally (:attr:`Grammar.prefix_checks`, which
+   ``GrammarConstraint`` composes with the grammar; the others are left to the final
+   check);
 4. **skeleton** — for schemas the engine finds too large: only the top-level ``type``.
 
 An unsatisfiable schema or an unresolvable reference is refused at every tier (no superset
@@ -33,7 +35,16 @@ object (or a number) rarely closes it and every particle then dies at the token 
 turn its parts off.
 
 Only such refusals raise ``ValueError``, quoting llguidance. Compiled grammars are cached per schema and options
-(:func:`json_grammar`)::
+(:func:`json_grammar`).
+
+The whole compile (every tier; not the reading and hashing of the schema for the cache)
+is bounded in time (``compile_timeout``, default :data:`DEFAULT_COMPILE_TIMEOUT` seconds):
+it runs on a worker thread with a large stack, which llguidance's compile needs for long
+chains of references (:mod:`~llamppl.decoding.native_stack`; it releases the GIL but
+cannot be interrupted), and past the bound the caller gets :class:`CompileTimeout` (a
+``ValueError`` naming the schema's size and the bound) while the compile is abandoned: it
+runs no further tier, and its result is never cached. A regex or Lark grammar is
+validated on such a worker too::
 
     from llamppl.decoding.grammar_compile import Grammar
     g = Grammar.from_json_schema({"oneOf": [{"type": "integer"}, {"type": "string"}]})
@@ -44,7 +55,10 @@ Only such refusals raise ``ValueError``, quoting llguidance. Compiled grammars a
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -57,6 +71,7 @@ from .grammar_matcher import MatcherState, require_llguidance
 from .json_check import SchemaCheck, normalize_schema
 from .json_patterns import JSONStringPatterns
 from .json_relax import is_refusal, skeleton, strip_unsupported
+from .native_stack import NativeCall, on_native_stack
 from .schema_budget import (
     MAX_ARRAY_ITEMS,
     MAX_DECIMALS,
@@ -66,9 +81,12 @@ from .schema_budget import (
     cap_sizes,
     json_budget,
 )
+from .time_bound import check_timeout_seconds
 
 __all__ = [
     "Grammar",
+    "CompileTimeout",
+    "DEFAULT_COMPILE_TIMEOUT",
     "require_llguidance",
     "json_grammar",
     "JSONBudget",
@@ -82,6 +100,16 @@ __all__ = [
 _RELAX = {"coerce_one_of": True, "lenient": True}
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 256
+#: Default bound on compiling one JSON Schema (every tier), in seconds.
+DEFAULT_COMPILE_TIMEOUT = 10.0
+
+
+class CompileTimeout(ValueError):
+    """A JSON Schema did not compile within ``compile_timeout`` seconds."""
+
+
+class _Abandoned(Exception):
+    """Raised on a compile's worker thread when its caller stopped waiting for it."""
 
 
 def _engine_error(spec: str) -> str | None:
@@ -129,7 +157,7 @@ class Grammar(Constraint):
         relaxed: tuple[str, ...] = (),
         prefix_checks: JSONStringPatterns | None = None,
     ) -> None:
-        error = _engine_error(spec)
+        error = on_native_stack(partial(_engine_error, spec))  # a plain call on a worker
         if error:
             raise ValueError(f"invalid {kind}: llguidance says: {error}")
         self.kind, self.source, self.spec = kind, source, spec
@@ -148,9 +176,11 @@ class Grammar(Constraint):
         closed_objects: bool = True,
         max_decimals: int | None = MAX_DECIMALS,
         budget: JSONBudget | None = None,
+        compile_timeout: float | None = DEFAULT_COMPILE_TIMEOUT,
     ) -> Grammar:
         """JSON Schema given as a dict, a JSON string, or a pydantic model class (cached);
-        the budget as ``budget=`` or as its separate keywords (:func:`json_grammar`)."""
+        the budget as ``budget=`` or as its separate keywords, the time bound as
+        ``compile_timeout`` (:func:`json_grammar`)."""
         budget = json_budget(
             budget,
             whitespace=whitespace,
@@ -159,7 +189,7 @@ class Grammar(Constraint):
             closed_objects=closed_objects,
             max_decimals=max_decimals,
         )
-        return json_grammar(schema, relax=relax, budget=budget)
+        return json_grammar(schema, relax=relax, budget=budget, compile_timeout=compile_timeout)
 
     @classmethod
     def from_regex(cls, regex: str) -> Grammar:
@@ -231,8 +261,13 @@ def _regex_ok(pattern: str) -> bool:
         return False
 
 
-def _compile(schema: dict, options: dict) -> tuple[str | None, str | None]:
-    """(spec, None) if llguidance compiles ``schema`` with ``options``, else (None, its message)."""
+def _compile(
+    schema: dict, options: dict, stop: threading.Event | None = None
+) -> tuple[str | None, str | None]:
+    """(spec, None) if llguidance compiles ``schema`` with ``options``, else (None, its message);
+    :class:`_Abandoned` instead once ``stop`` is set (the caller stopped waiting)."""
+    if stop is not None and stop.is_set():
+        raise _Abandoned
     llg = require_llguidance()
     try:
         spec = llg.LLMatcher.grammar_from_json_schema(schema, overrides=options)
@@ -243,14 +278,14 @@ def _compile(schema: dict, options: dict) -> tuple[str | None, str | None]:
 
 
 def _compile_tiers(
-    schema: dict, options: dict, relax: bool
+    schema: dict, options: dict, relax: bool, stop: threading.Event | None = None
 ) -> tuple[str | None, str | None, tuple[str, ...]]:
     """(spec, last error, why the exact tier failed): exact tier, then relaxed if allowed."""
-    spec, error = _compile(schema, options)
+    spec, error = _compile(schema, options, stop)
     reasons: tuple[str, ...] = ()
     if spec is None and relax:
         reasons = (error,)
-        spec, error = _compile(schema, {**options, **_RELAX})
+        spec, error = _compile(schema, {**options, **_RELAX}, stop)
     return spec, error, reasons
 
 
@@ -264,6 +299,7 @@ def json_grammar(
     closed_objects: bool = True,
     max_decimals: int | None = MAX_DECIMALS,
     budget: JSONBudget | None = None,
+    compile_timeout: float | None = DEFAULT_COMPILE_TIMEOUT,
 ) -> Grammar:
     """The (cached) :class:`Grammar` of a JSON Schema: exact tier, else relaxed tier.
 
@@ -289,6 +325,11 @@ def json_grammar(
     max_decimals : int | None
         Decimals per free number, and fewer than 16 integer digits where a number has no
         bound (the same budget, default 6); ``None``: unbounded.
+    compile_timeout : float | None
+        Seconds the whole compile (every tier) may take, default
+        :data:`DEFAULT_COMPILE_TIMEOUT`; past it :class:`CompileTimeout` (a ``ValueError``
+        naming the schema's size and the bound) and nothing is cached. ``None``: no bound.
+        A cached grammar is returned at once whatever the bound.
     """
     budget = json_budget(
         budget,
@@ -300,25 +341,63 @@ def json_grammar(
     )
     if not isinstance(relax, bool):
         raise TypeError(f"relax must be a bool, got {type(relax).__name__}")
+    seconds = check_timeout_seconds("compile_timeout", compile_timeout)
     schema = normalize_schema(schema)
-    key = (json.dumps(schema, sort_keys=True, default=str), budget, relax)
+    text = json.dumps(schema, sort_keys=True, default=str)
+    key = (text, budget, relax)
     grammar = _CACHE.get(key)
     if grammar is not None:
         _CACHE.move_to_end(key)
         return grammar
+    grammar = _within(seconds, partial(_json_grammar, schema, budget, relax))
+    if grammar is None:
+        nodes, definitions = _schema_size(schema)
+        raise CompileTimeout(
+            f"json_schema did not compile within compile_timeout={seconds:g} s (a schema of "
+            f"{nodes} nodes, {len(text)} bytes of JSON, {definitions} definitions); give a "
+            "larger compile_timeout, None for no bound, or a smaller schema"
+        )
+    _CACHE[key] = grammar
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return grammar
+
+
+def _within(seconds: float | None, build: Callable[[threading.Event], Grammar]) -> Grammar | None:
+    """``build(stop)``, or None once it has run ``seconds`` (``seconds=None``: no bound).
+
+    ``build`` runs on a :class:`~llamppl.decoding.native_stack.NativeCall` worker, so the
+    caller gets control back at the bound even inside llguidance's native compile (which
+    releases the GIL); ``stop`` is then set and the abandoned ``build`` stops before its
+    next engine call, its result dropped. ``build``'s own exceptions are raised in the
+    caller.
+    """
+    stop = threading.Event()
+    call = NativeCall(partial(build, stop), name="llamppl-schema-compile")
+    if not call.wait(seconds):
+        stop.set()
+        return None
+    return call.result()
+
+
+def _json_grammar(
+    schema: dict, budget: JSONBudget, relax: bool, stop: threading.Event | None = None
+) -> Grammar:
+    """The :class:`Grammar` of ``schema`` through the tiers (module docstring), uncached."""
     options = {"whitespace_flexible": budget.whitespace == "flexible"}
-    spec, error, reasons = _compile_tiers(budget.apply(schema), options, relax)
+    check = SchemaCheck(schema)
+    spec, error, reasons = _compile_tiers(budget.apply(schema), options, relax, stop)
     if spec is None and budget.closed_objects:  # closing made it unsatisfiable: the open budget
-        spec, _, reasons = _compile_tiers(budget.apply(schema, closed=False), options, relax)
+        spec, _, reasons = _compile_tiers(budget.apply(schema, closed=False), options, relax, stop)
     patterns = None
     if spec is None and relax and not is_refusal(error):  # the stripped tier, then the skeleton
-        stripped, dropped = strip_unsupported(schema, _regex_ok)
-        spec, last = _compile(budget.apply(stripped, closed=False), {**options, **_RELAX})
+        stripped, dropped = strip_unsupported(schema, _regex_ok, draft=check.draft)
+        spec, last = _compile(budget.apply(stripped, closed=False), {**options, **_RELAX}, stop)
         if spec is not None:
             reasons += (error,)
             patterns = JSONStringPatterns(dropped) if dropped else None
         elif not is_refusal(last):
-            spec, _ = _compile(skeleton(schema), {**options, **_RELAX})
+            spec, _ = _compile(skeleton(schema), {**options, **_RELAX}, stop)
             reasons += (error, last) if spec is not None else ()
         error = error if spec is not None or not is_refusal(last) else last
     if spec is None:
@@ -332,15 +411,30 @@ def json_grammar(
             f"invalid json_schema: llguidance cannot express it{' even relaxed' if relax else ''}: "
             f"{error}{hint}"
         )
-    grammar = Grammar(
+    return Grammar(
         "json_schema",
         schema,
         spec,
-        check=SchemaCheck(schema),
+        check=check,
         relaxed=reasons,
         prefix_checks=patterns,
     )
-    _CACHE[key] = grammar
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return grammar
+
+
+def _schema_size(schema: Any) -> tuple[int, int]:
+    """(nodes, definitions) of a JSON Schema: its JSON objects and arrays, and the entries of
+    its ``$defs`` / ``definitions`` maps (at any depth)."""
+    nodes = definitions = 0
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            nodes += 1
+            for key, value in node.items():
+                if key in ("$defs", "definitions") and isinstance(value, dict):
+                    definitions += len(value)
+                stack.append(value)
+        elif isinstance(node, list):
+            nodes += 1
+            stack.extend(node)
+    return nodes, definitions

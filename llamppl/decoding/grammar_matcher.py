@@ -7,7 +7,9 @@
   small LMs, from the list of token byte strings;
 - :class:`MatcherState` — one particle's matcher (``llguidance.LLMatcher``), cloned
   with ``deep_copy()`` when the particle is cloned (``copy.deepcopy``); the first
-  matcher of a grammar is built once per (grammar, LM) and copied after that.
+  matcher of a grammar is built once per (grammar, LM), on a large native stack
+  (:func:`~llamppl.decoding.native_stack.on_native_stack`: the build compiles the
+  grammar again, recursing per ``$ref`` hop), and copied on the caller's thread after that.
 
 A grammar here is anything with the compiled llguidance ``spec`` and a ``kind``
 (:class:`~llamppl.decoding.grammar_compile.Grammar`)::
@@ -24,6 +26,8 @@ import torch
 
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import LRU, PerLM
+
+from .native_stack import on_native_stack
 
 __all__ = ["MatcherState", "ll_tokenizer", "require_llguidance"]
 
@@ -97,12 +101,17 @@ _TEMPLATES = PerLM(lambda lm: LRU(64))  # per LM: grammar spec -> fresh LLMatche
 
 
 def _template(lm: LanguageModel, grammar: Any):
-    """The fresh ``LLMatcher`` of ``grammar`` for ``lm``, built once (lexer build) and kept."""
+    """The fresh ``LLMatcher`` of ``grammar`` for ``lm``, built once (lexer build) and kept.
+
+    The build compiles the grammar again, so it runs :func:`on_native_stack`; a kept
+    matcher is returned at once (the per-particle path).
+    """
     per_lm = _TEMPLATES(lm)
     matcher = per_lm.get(grammar.spec)
     if matcher is None:
         llg = require_llguidance()
-        matcher = llg.LLMatcher(ll_tokenizer(lm), grammar.spec, log_level=0)
+        tokenizer = ll_tokenizer(lm)
+        matcher = on_native_stack(lambda: llg.LLMatcher(tokenizer, grammar.spec, log_level=0))
         if matcher.is_error():
             raise ValueError(
                 f"invalid {grammar.kind}: llguidance says: {matcher.get_error().strip()}"

@@ -1,11 +1,16 @@
 """The prefix check of the string ``pattern``s a grammar could not take: a constraint on JSON text.
 
 When a schema's ``pattern`` uses what the grammar engine cannot parse (lookarounds,
-backreferences), the grammar drops it (:mod:`~llamppl.decoding.json_relax`) and
-:class:`JSONStringPatterns` checks it on the text instead, with the ``regex`` package:
-every string value at a path that had the pattern must be extendable to a match while it
-is open (``regex.search(..., partial=True)``) and must match once it is closed (JSON
-Schema's ``pattern`` is a search, not a full match). It is composed with the grammar
+backreferences), the grammar drops it (:mod:`~llamppl.decoding.json_relax`, which lists
+it only at the paths where it applies to every string) and :class:`JSONStringPatterns`
+checks it on the text instead, with the ``regex`` package: every string value at a path
+under a rule must be extendable to a match while it is open (``regex.search(...,
+partial=True)``) and must match once it is closed (JSON Schema's ``pattern`` is a search,
+not a full match). A path lists object keys (``str``) and array positions (``int``) from
+the root; a rule's steps are keys, positions, or the sets
+:class:`~llamppl.decoding.json_relax.AnyKey` and
+:class:`~llamppl.decoding.json_relax.AnyIndex`
+(:func:`~llamppl.decoding.json_relax.rule_matches`). It is composed with the grammar
 (``grammar & patterns``); being a Python check, it is checked lazily on the tokens drawn::
 
     patterns = JSONStringPatterns([(("password",), r"^(?=.*\\d)[a-z\\d]{6,}$")])
@@ -20,7 +25,7 @@ from collections.abc import Iterator, Sequence
 import regex
 
 from .constraints import Constraint
-from .json_relax import WILDCARD
+from .json_relax import Step, rule_matches
 from .time_bound import CheckTimeout, current_bound
 
 __all__ = ["JSONStringPatterns", "string_values"]
@@ -28,15 +33,15 @@ __all__ = ["JSONStringPatterns", "string_values"]
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
-def string_values(text: str) -> Iterator[tuple[tuple[str, ...], str, bool]]:
+def string_values(text: str) -> Iterator[tuple[tuple[str | int, ...], str, bool]]:
     """``(path, content, closed)`` of every string *value* in the JSON prefix ``text``.
 
-    A path lists the keys of the enclosing objects and :data:`~llamppl.decoding.json_relax.WILDCARD`
-    for each enclosing array; ``content`` is the decoded string so far (an escape cut at the
-    end of ``text`` is left out); ``closed`` says whether its closing quote is in ``text``.
-    Keys are not values and are not reported.
+    A path lists the (decoded) keys of the enclosing objects and the positions (``int``,
+    from 0) in the enclosing arrays; ``content`` is the decoded string so far (an escape
+    cut at the end of ``text`` is left out); ``closed`` says whether its closing quote is
+    in ``text``. Keys are not values and are not reported.
     """
-    stack: list[list] = []  # frames [kind "obj"/"arr", current key, expecting a key?]
+    stack: list[list] = []  # frames [kind "obj"/"arr", current key or position, expecting a key?]
     i, n = 0, len(text)
     while i < n:
         ch = text[i]
@@ -46,16 +51,18 @@ def string_values(text: str) -> Iterator[tuple[tuple[str, ...], str, bool]]:
             if top is not None and top[0] == "obj" and top[2]:
                 top[1], top[2] = content, False  # a key
             else:
-                path = tuple(f[1] if f[0] == "obj" else WILDCARD for f in stack)
-                yield path, content, closed
+                yield tuple(frame[1] for frame in stack), content, closed
             continue
         if ch in "{[":
-            stack.append(["obj", None, True] if ch == "{" else ["arr", None, False])
+            stack.append(["obj", None, True] if ch == "{" else ["arr", 0, False])
         elif ch in "}]":
             if stack:
                 stack.pop()
-        elif ch == "," and stack and stack[-1][0] == "obj":
-            stack[-1][2] = True
+        elif ch == "," and stack:
+            if stack[-1][0] == "obj":
+                stack[-1][2] = True
+            else:
+                stack[-1][1] += 1
         i += 1
 
 
@@ -89,22 +96,19 @@ def _read_string(text: str, i: int) -> tuple[str, int, bool]:
     return "".join(out), n, False
 
 
-def _matches(path: tuple[str, ...], rule: tuple[str, ...]) -> bool:
-    return len(path) == len(rule) and all(r == WILDCARD or r == p for p, r in zip(path, rule))
-
-
 class JSONStringPatterns(Constraint):
     """String values at given JSON paths must match given patterns (search semantics).
 
-    ``rules`` is a sequence of ``(path, pattern)``; a path element
-    :data:`~llamppl.decoding.json_relax.WILDCARD` matches any key or array position. A
-    pattern the ``regex`` package cannot compile is left to the final ``jsonschema`` check.
-    Text with a replacement character (a multi-byte character split across tokens) is not
-    judged until it is complete.
+    ``rules`` is a sequence of ``(path, pattern)``; a path's steps are keys (``str``),
+    array positions (``int``) or :class:`~llamppl.decoding.json_relax.AnyKey` /
+    :class:`~llamppl.decoding.json_relax.AnyIndex` (any key but some, any position from
+    some on). A pattern the ``regex`` package cannot compile is left to the final
+    ``jsonschema`` check. Text with a replacement character (a multi-byte character split
+    across tokens) is not judged until it is complete.
     """
 
-    def __init__(self, rules: Sequence[tuple[tuple[str, ...], str]]) -> None:
-        self.rules: list[tuple[tuple[str, ...], regex.Pattern]] = []
+    def __init__(self, rules: Sequence[tuple[Sequence[Step], str]]) -> None:
+        self.rules: list[tuple[tuple[Step, ...], regex.Pattern]] = []
         for path, pattern in rules:
             try:
                 self.rules.append((tuple(path), regex.compile(pattern)))
@@ -116,7 +120,7 @@ class JSONStringPatterns(Constraint):
             if "\ufffd" in content:
                 continue
             for rule, pattern in self.rules:
-                if not _matches(path, rule):
+                if not rule_matches(rule, path):
                     continue
                 try:
                     found = pattern.search(
