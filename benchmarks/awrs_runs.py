@@ -41,8 +41,8 @@ import torch
 from _args import nonnegative_int, positive_int
 
 from llamppl import CachedCausalLM, run
-from llamppl.decoding.constraints import Constraint
-from llamppl.decoding.text_constraints import RegexPrefix
+from llamppl.decoding.constraints.protocol import Constraint
+from llamppl.decoding.text.characters import RegexPrefix
 from llamppl.inference import importance_sampling, smc_standard
 from llamppl.models import HardConstraint
 

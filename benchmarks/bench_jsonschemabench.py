@@ -84,7 +84,7 @@ class MaskTimer:
     and the forced-token test of ``GrammarConstraint``'s chains)."""
 
     def __init__(self) -> None:
-        from llamppl.decoding import grammar_masks as engine
+        from llamppl.decoding.grammar import masks as engine
         from llamppl.models import grammar as program  # its own imports of them
 
         self.seconds = 0.0
@@ -131,7 +131,7 @@ class MaskTimer:
 
 
 def coverage(data: Path, collection: str) -> dict:
-    from llamppl.decoding.grammar_compile import json_grammar
+    from llamppl.decoding.grammar.compile import json_grammar
 
     exact = relaxed = 0
     refused: dict[str, int] = {}

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from _args import positive_int  # noqa: E402
 
-from llamppl.decoding.token_draw import draw_token_ids
+from llamppl.decoding.proposals.token_draw import draw_token_ids
 from llamppl.models import PowerLawSampler
 
 

@@ -23,7 +23,7 @@ import time
 import torch
 
 from llamppl import CachedCausalLM, run
-from llamppl.decoding import grammar_masks as engine  # where MaskBatcher looks the two up
+from llamppl.decoding.grammar import masks as engine  # where MaskBatcher looks the two up
 from llamppl.inference import smc_standard
 from llamppl.models import GrammarConstraint, GrammarLogitsProcessor, generate_json
 

@@ -7,7 +7,7 @@ each has a ``prompt``, the ``targets`` of its constraint, a human ``example`` an
 text with ``constraint.check(text, targets)``, exactly as the paper's evaluation does.
 
 It only *grades*. Generation must never call it (that would be grading ourselves): the
-library's own text constraints split text with :mod:`llamppl.decoding.text_units` and are
+library's own text constraints split text with :mod:`llamppl.decoding.text.units` and are
 tested against this judge, not built from it.
 
 NLTK data. COLLIE splits words and sentences with NLTK's Punkt model (``punkt_tab``). Unless

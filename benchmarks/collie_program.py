@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from llamppl.decoding.constraints import Constraint
+from llamppl.decoding.constraints.protocol import Constraint
 from llamppl.lm.memo import lm_table
 
 TOKENS_PER_WORD = (
@@ -37,8 +37,8 @@ def token_budget(lm: Any, constraint: Any) -> int:
     paragraphs (their own tokens, free sentences, 8 tokens per paragraph); at least 24 and
     at most :data:`MAX_TOKENS`. It reads the constraint, never the prompt's id.
     """
-    from llamppl.decoding.constraints import AllOf
-    from llamppl.decoding.text_structure import (
+    from llamppl.decoding.constraints.protocol import AllOf
+    from llamppl.decoding.text.builders import (
         CharCount,
         EachAt,
         EachCount,
@@ -204,8 +204,8 @@ def plain_characters(inst: dict, constraint: Constraint) -> PlainCharacters:
     quoting (no mark or quote opening a sentence, no quote after a space or mark, no mark
     after a space, no two spaces) unless a target breaks those rules, and marks spaced unless
     a target glues one (``U.S.``)."""
-    from llamppl.decoding.constraints import AllOf
-    from llamppl.decoding.text_structure import CharCount, CharsAt
+    from llamppl.decoding.constraints.protocol import AllOf
+    from llamppl.decoding.text.builders import CharCount, CharsAt
 
     strings = target_strings(inst["targets"])
     parts = constraint.parts if isinstance(constraint, AllOf) else (constraint,)

@@ -3,7 +3,7 @@
 Each COLLIE-v1 instance carries its constraint as a JSON tree of ``collie.constraints``
 classes (see ``../shared/data/collie/README.md``). :func:`translate` reads that tree and
 its ``targets`` and builds the same constraint from the library's building blocks
-(:mod:`llamppl.decoding.text_structure`), node by node:
+(:mod:`llamppl.decoding.text.builders`), node by node:
 
 =====================================================  =======================================
 COLLIE node (input level, target level, transform)     llamppl constraint
@@ -41,8 +41,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from llamppl.decoding.constraints import AllOf, Constraint
-from llamppl.decoding.text_structure import (
+from llamppl.decoding.constraints.protocol import AllOf, Constraint
+from llamppl.decoding.text.builders import (
     Bounds,
     CharCount,
     CharsAt,

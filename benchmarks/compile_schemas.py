@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from _args import positive_float, positive_int
 
-from llamppl.decoding.grammar_compile import CompileTimeout, json_grammar
+from llamppl.decoding.grammar.compile import CompileTimeout, json_grammar
 
 DATA = next(
     (

@@ -1,19 +1,17 @@
 """Library programs of llamppl (``llamppl.models``): ready-made ``Model`` subclasses and the
 drivers of the seed papers (``power_smc``, ``speculative_smc``, ``specs``, ``generate_json``).
 
-The token-level kernels they use live one floor down in :mod:`llamppl.decoding`; their public
-names are re-exported here. Their old module paths (``llamppl.models.constraints``,
-``.power_law``, ...) are rows of the compatibility table (:mod:`llamppl.compat`) and import
-as the ``llamppl.decoding`` modules.
+Constraints, which programs take, are imported from :mod:`llamppl.constraints`; the
+token-level kernels live one floor down in :mod:`llamppl.decoding`. The power-law sampler and
+the grammar logits processor are re-exported here. Old spellings (``llamppl.models``'s
+constraint names, ``llamppl.models.constraints``, ``.power_law``, ...) are rows of the
+compatibility table (:mod:`llamppl.compat`).
 """
 
-from llamppl.decoding.constraints import Constraint
-from llamppl.decoding.grammar_engine import Grammar, make_grammar
-from llamppl.decoding.grammar_logits import GrammarLogitsProcessor
-from llamppl.decoding.power_law import PRESETS as POWER_LAW_PRESETS
-from llamppl.decoding.power_law import PowerLawDraw, PowerLawSampler
-from llamppl.decoding.power_law_proposal import PowerLawProposal, power_law_history
-from llamppl.decoding.text_constraints import banned_words, max_word_length, regex_prefix
+from llamppl.decoding.grammar.logits import GrammarLogitsProcessor
+from llamppl.decoding.power_law.proposal import PowerLawProposal, power_law_history
+from llamppl.decoding.power_law.sampler import PRESETS as POWER_LAW_PRESETS
+from llamppl.decoding.power_law.sampler import PowerLawDraw, PowerLawSampler
 
 from .drafts import draft_from_layers, skip_middle_draft, truncated_draft
 from .generation import Generation
@@ -35,13 +33,9 @@ __all__ = [
     "PowerLawDraw",
     "POWER_LAW_PRESETS",
     "power_law_history",
-    "Constraint",
     "HardConstraint",
     "Infilling",
     "PromptIntersection",
-    "banned_words",
-    "max_word_length",
-    "regex_prefix",
     "PowerSampling",
     "power_smc",
     "low_temperature_decode",
@@ -54,8 +48,6 @@ __all__ = [
     "draft_from_layers",
     "Generation",
     "GrammarConstraint",
-    "Grammar",
-    "make_grammar",
     "GrammarLogitsProcessor",
     "generate_json",
     "StructuredResult",

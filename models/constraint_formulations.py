@@ -13,7 +13,7 @@ potential and returns the token (or None when the particle died, its cause named
   particles' masks in one batched round;
 - :class:`LazyMasking` (``"lazy"``): M'_t drawn by adaptive weighted rejection with an
   unbiased estimate of G'_t as the weight
-  (:mod:`~llamppl.decoding.lazy_proposal`, properly weighted: E[Ẑ f(w)] = Σ_w p(w) 1_C(s w) f(w)).
+  (:mod:`~llamppl.decoding.proposals.lazy`, properly weighted: E[Ẑ f(w)] = Σ_w p(w) 1_C(s w) f(w)).
 
 Since M'_t G'_t = M_t G_t token by token (and the lazy pair has the same expectation), all
 three define the same posterior and the same Z. The particle (``model``) provides the state
@@ -28,17 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from llamppl.decoding.lazy_proposal import lazy_draw
-from llamppl.rng import current_rng
-
-from .constrained_tokens import (
+from llamppl.decoding.proposals.constrained_tokens import (
     DrawnToken,
     MaskedNextToken,
     allowed_hints,
     mask_round,
     masked_round,
 )
-from .token_check import TokenCheck, split_costly
+from llamppl.decoding.proposals.lazy import lazy_draw
+from llamppl.decoding.proposals.token_check import TokenCheck, split_costly
+from llamppl.rng import current_rng
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from .hard_constraints import HardConstraint
@@ -138,7 +137,7 @@ class LazyMasking(Formulation):
         return token
 
     async def _draw(self, model, ahead, only_end, left) -> DrawnToken | None:
-        """The lazy draw (:func:`~llamppl.decoding.lazy_proposal.lazy_draw`) on the particle's
+        """The lazy draw (:func:`~llamppl.decoding.proposals.lazy.lazy_draw`) on the particle's
         row. With ``left`` tokens in the budget, a token after which the constraint is out of
         reach is never proposed (:class:`~.token_check.TokenCheck`): the weight is the mass of
         the tokens that can still succeed, and the target is unchanged (a text that passes

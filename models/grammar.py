@@ -27,15 +27,15 @@ token). For a JSON Schema a final potential multiplies in at EOS::
     G_final = 1_valid(y)   (full ``jsonschema`` validation, the schema's own draft)
 
 so when llguidance only compiles a *relaxed* grammar (``oneOf`` read as ``anyOf``,
-unknown keywords and formats ignored; :mod:`llamppl.decoding.grammar_compile`), whose
+unknown keywords and formats ignored; :mod:`llamppl.decoding.grammar.compile`), whose
 language L' is a superset of the valid texts, the target is still
 P(y) ∝ p(y EOS | x) 1_{L'}(y) 1_valid(y) — the LM conditioned on validity (within the
 engine's canonical serialization: compact by default, properties in schema order). The mask 1_C(s w) over the whole vocabulary comes from llguidance; EOS is
 allowed exactly when the matcher accepts and the final check passes (the complete
-check of :class:`~llamppl.decoding.grammar_compile.Grammar`). The masks of all
+check of :class:`~llamppl.decoding.grammar.compile.Grammar`). The masks of all
 particles in a step are computed and applied together (one llguidance call, one
 multiplication of the ``(N, V)`` probabilities by the ``(N, V)`` 0/1 masks), and
-:class:`~llamppl.models.constrained_tokens.MaskedNextToken` draws from the result.
+:class:`~llamppl.decoding.proposals.constrained_tokens.MaskedNextToken` draws from the result.
 
 ``GrammarConstraint`` is :class:`~llamppl.models.HardConstraint` with a grammar as
 its constraint (the same program: proposals, endings, time bound); ``predicate=``
@@ -67,13 +67,13 @@ from typing import Any
 
 import torch
 
-from llamppl.decoding.grammar_compile import MAX_ARRAY_ITEMS, MAX_DECIMALS, MAX_STRING_LENGTH
-from llamppl.decoding.grammar_engine import Grammar, MatcherState, allowed_masks, make_grammar
-from llamppl.decoding.schema_budget import JSONBudget
-from llamppl.decoding.time_bound import DEFAULT_CHECK_TIMEOUT
+from llamppl.decoding.constraints.time_bound import DEFAULT_CHECK_TIMEOUT
+from llamppl.decoding.grammar.compile import MAX_ARRAY_ITEMS, MAX_DECIMALS, MAX_STRING_LENGTH
+from llamppl.decoding.grammar.engine import Grammar, MatcherState, allowed_masks, make_grammar
+from llamppl.decoding.grammar.json_budget import JSONBudget
+from llamppl.decoding.proposals.constrained_tokens import MaskedNextToken
 from llamppl.lm.base import LanguageModel
 
-from .constrained_tokens import MaskedNextToken
 from .hard_constraints import HardConstraint
 
 __all__ = ["GrammarConstraint", "MaskedNextToken"]
@@ -129,7 +129,7 @@ class GrammarConstraint(HardConstraint):
         Token budget, EOS included; a particle without EOS by then gets weight zero
         (``truncated="drop"``, the default; see :class:`~llamppl.models.HardConstraint`).
     whitespace, max_string_length, max_array_items, closed_objects, max_decimals
-        For ``json_schema``: the JSON budget (:class:`~llamppl.decoding.schema_budget.JSONBudget`:
+        For ``json_schema``: the JSON budget (:class:`~llamppl.decoding.grammar.json_budget.JSONBudget`:
         compact whitespace, 32 characters per free string, 4 items per free array,
         closed objects, 6 decimals per free number; part of the target).
     budget : JSONBudget | None

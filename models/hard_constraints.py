@@ -1,7 +1,7 @@
 """``HardConstraint``: an LM continuation conditioned on a hard constraint, exactly.
 
 LLaMPPL paper §2.2, "Hard constraints". Let p be the LM after the prompt x, C the
-set of allowed prefixes of a constraint (:mod:`llamppl.decoding.constraints`: a
+set of allowed prefixes of a constraint (:mod:`llamppl.decoding.constraints.protocol`: a
 text constraint, a grammar, a user's Python predicate, or ``&`` of any of them)
 and s_{t-1} the tokens generated so far. Three Feynman–Kac formulations, one
 target:
@@ -17,7 +17,7 @@ target:
 
 ``proposal="lazy"`` — the masked proposal M'_t drawn by adaptive rejection,
 checking only the tokens drawn, with an unbiased estimate Ẑ of G'_t as the
-weight (:mod:`llamppl.decoding.lazy_proposal`, whose docstring proves that the
+weight (:mod:`llamppl.decoding.proposals.lazy`, whose docstring proves that the
 pair (token, Ẑ) is properly weighted: E[Ẑ f(w)] = Σ_w p(w) 1_C(s w) f(w)).
 
 Since M'_t G'_t = M_t G_t token by token (and the lazy pair has the same
@@ -56,7 +56,7 @@ passes. A particle of weight 0 names why in ``failure`` (``"no allowed token"``,
 twist of :mod:`.constraint_twists`, undone at the end (posterior and Z unchanged).
 
 **Time bound.** Every check runs under ``check_timeout`` seconds, one lazy draw's checks
-together under ten times that (:mod:`llamppl.decoding.time_bound`); past it the particle
+together under ten times that (:mod:`llamppl.decoding.constraints.time_bound`); past it the particle
 gets weight 0 with the cause ``"check timed out ..."``, and the run goes on.
 
 A text constraint sees the concatenation of ``lm.vocab[t]`` over the generated tokens
@@ -77,28 +77,28 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from llamppl.context import LMContext
-from llamppl.decoding.constraints import (
+from llamppl.decoding.constraints.protocol import (
     Constraint,
     ConstraintFailure,
     as_constraint,
     sound_listings,
 )
-from llamppl.decoding.time_bound import (
+from llamppl.decoding.constraints.time_bound import (
     DEFAULT_CHECK_TIMEOUT,
     CheckTimeout,
     check_timeout_seconds,
     time_bound,
 )
+from llamppl.decoding.constraints.twists import Twists
+from llamppl.decoding.proposals.constrained_tokens import (
+    end_token_ids,
+    one_of,
+)
 from llamppl.lm.base import LanguageModel
 from llamppl.modeling import Model
 from llamppl.validation import check_positive_int, check_unit_interval, real_number
 
-from .constrained_tokens import (
-    end_token_ids,
-    one_of,
-)
 from .constraint_formulations import FORMULATIONS
-from .constraint_twists import Twists
 
 __all__ = ["HardConstraint", "PROPOSALS", "STOPS", "TRUNCATED"]
 
@@ -116,7 +116,7 @@ class HardConstraint(Model):
     prompt : str | Sequence[int]
         Text or token ids to continue (``lm.bos_token_id`` is prepended as in ``LMContext``).
     predicate : Constraint | Callable[[str], bool]
-        The constraint (:mod:`llamppl.decoding.constraints`): a ready-made one
+        The constraint (:mod:`llamppl.decoding.constraints.protocol`): a ready-made one
         (``max_word_length(5)``), a grammar (``Grammar.from_regex(...)``), a plain
         callable on the text so far (prefix check and complete check), or ``a & b``.
     proposal : {"auto", "mask", "lazy", "sample"}
@@ -141,12 +141,12 @@ class HardConstraint(Model):
         Posterior and Z do not depend on it.
     need_twist : float
         Log-factor per token of the constraint's ``need`` (the fewest tokens a passing
-        completion still needs; :meth:`~llamppl.decoding.constraints.Constraint.need`) by
+        completion still needs; :meth:`~llamppl.decoding.constraints.protocol.Constraint.need`) by
         which a live particle is disfavoured: particles that make progress on what the
         constraint asks (copying a required sentence) are kept. A twist too; 0 turns it off.
     target_twist : float
         Log-factor per given target the prefix has not yet certainly met
-        (:meth:`~llamppl.decoding.constraints.Constraint.missing`: a required word not yet
+        (:meth:`~llamppl.decoding.constraints.protocol.Constraint.missing`: a required word not yet
         at its position, each word of a paragraph's required last sentence not yet copied)
         by which a live particle is disfavoured, so the particle that pays the LM's price
         for writing a required word is not outweighed by those that put it off. A twist
@@ -160,10 +160,10 @@ class HardConstraint(Model):
         were accepted by the prefix check alone.
     hint_prob : float
         Probability, in [0, 1), with which the lazy proposal draws among the constraint's
-        allowed hints (:meth:`~llamppl.decoding.constraints.Constraint.hint`: the first
+        allowed hints (:meth:`~llamppl.decoding.constraints.protocol.Constraint.hint`: the first
         token of a word required at the position being written, the next token of a
         paragraph's required last sentence) when there are any; the weight accounts for
-        it exactly (:mod:`~llamppl.decoding.lazy_proposal`, "Hints"). 0 turns hints off;
+        it exactly (:mod:`~llamppl.decoding.proposals.lazy`, "Hints"). 0 turns hints off;
         constraints without hints are unaffected.
 
     Attributes

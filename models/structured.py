@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from llamppl.decoding.json_check import normalize_schema
-from llamppl.decoding.schema_budget import JSONBudget, json_budget
+from llamppl.decoding.grammar.json_budget import JSONBudget, json_budget
+from llamppl.decoding.grammar.json_check import normalize_schema
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng
 from llamppl.runner import run
@@ -157,7 +157,7 @@ def generate_json(
         Token budget of the JSON text, EOS included (default 256).
     budget : JSONBudget | None
         The sub-language of JSON the schema is compiled to, as one value
-        (:class:`~llamppl.decoding.schema_budget.JSONBudget`: whitespace, characters per
+        (:class:`~llamppl.decoding.grammar.json_budget.JSONBudget`: whitespace, characters per
         free string, items per free array, closed objects, decimals per free number; its
         defaults are part of the target, see the docs). Or give those five settings as
         keywords (``whitespace=``, ``max_string_length=``, ``max_array_items=``,

@@ -68,6 +68,7 @@ FLOORS: list[tuple[str, str, tuple[str, ...]]] = [
 #: import them, except the package root, which counts as the DSL floor for its importers.
 API_EDGE = {
     "llamppl": "package root: re-exports the DSL and the LMs; installs llamppl.compat",
+    "llamppl.constraints": "the one import home of every constraint a user builds",
     "llamppl.compat": "LLaMPPL compatibility: the import hook that serves the table",
     "llamppl.compat.table": "LLaMPPL compatibility: the table of old spellings (strings only)",
     "llamppl.compat.adapters": "LLaMPPL compatibility: adapters of the LMs and the DSL",

@@ -16,8 +16,7 @@ pass.
 
 Exit status 0 only when the baseline passes and every mutation is caught. Run it before
 each change that touches a proposal (``models/hard_constraints.py``, ``models/
-token_check.py``, ``llamppl/decoding/lazy_proposal.py``, ``token_trie.py``,
-``constraints.py``, ``time_bound.py``). About 5 minutes on 2 cores.
+token_check.py``, ``llamppl/decoding/proposals/``, ``llamppl/decoding/constraints/``). About 5 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -56,56 +55,56 @@ class Mutation:
 MUTATIONS = [
     Mutation(
         "lazy weight x1.1",
-        "llamppl/decoding/lazy_proposal.py",
+        "llamppl/decoding/proposals/lazy.py",
         "return LazyDraw(a, math.log(known), lp_a, calls)",
         "return LazyDraw(a, math.log(known * 1.1), lp_a, calls)",
         (EXACT, LAZY, PROPOSAL),
     ),
     Mutation(
         "listed draw weight x1.1",
-        "llamppl/decoding/lazy_proposal.py",
+        "llamppl/decoding/proposals/lazy.py",
         "return LazyDraw(w, log_z, lp, calls)",
         "return LazyDraw(w, log_z + math.log(1.1), lp, calls)",
         (EXACT, LAZY, PROPOSAL),
     ),
     Mutation(
         "last check adds p(b) instead of the unseen mass",
-        "llamppl/decoding/lazy_proposal.py",
+        "llamppl/decoding/proposals/lazy.py",
         "known += unseen if ok else 0.0",
         "known += math.exp(lp_b) if ok else 0.0",
         (EXACT, PROPOSAL, LAZY),
     ),
     Mutation(
         "hint weight without 1/beta",
-        "llamppl/decoding/lazy_proposal.py",
+        "llamppl/decoding/proposals/lazy.py",
         "return LazyDraw(h, log_mass - math.log(hint_prob), lp_h, 0)",
         "return LazyDraw(h, log_mass, lp_h, 0)",
         (EXACT, LAZY),
     ),
     Mutation(
         "rest branch weight without 1/(1-beta)",
-        "llamppl/decoding/lazy_proposal.py",
+        "llamppl/decoding/proposals/lazy.py",
         "draw.log_weight - math.log1p(-hint_prob)",
         "draw.log_weight",
         (EXACT, LAZY),
     ),
     Mutation(
         "listing drops the first allowed token",
-        "llamppl/decoding/token_trie.py",
+        "llamppl/decoding/proposals/vocab_trie.py",
         "self.ids.extend(ids)",
         "self.ids.extend(ids if self.ids else ids[1:])",
         (TOKEN_CHECK, EXACT, PROPOSAL),
     ),
     Mutation(
         "listing drops end tokens",
-        "models/token_check.py",
+        "llamppl/decoding/proposals/token_check.py",
         "found = self.kept + (list(self.end_ids) if self.end_ids and self(self.end_ids[0]) else [])",
         "found = self.kept",
         (TOKEN_CHECK, EXACT),
     ),
     Mutation(
         "listing skips the budget check",
-        "models/token_check.py",
+        "llamppl/decoding/proposals/token_check.py",
         "if not budgeted or self._timed(self._check, w):",
         "if True:",
         (TOKEN_CHECK, LAZY),
@@ -126,7 +125,7 @@ MUTATIONS = [
     ),
     Mutation(
         "plain callables closed under prefixes by default",
-        "llamppl/decoding/constraints.py",
+        "llamppl/decoding/constraints/protocol.py",
         "        prefix_closed: bool = False,\n        complete: Callable",
         "        prefix_closed: bool = True,\n        complete: Callable",
         (EXACT,),
@@ -140,21 +139,21 @@ MUTATIONS = [
     ),
     Mutation(
         "the time-out is an Exception",
-        "llamppl/decoding/time_bound.py",
+        "llamppl/decoding/constraints/time_bound.py",
         "class CheckTimeout(BaseException):",
         "class CheckTimeout(Exception):",
         (TIMEOUTS,),
     ),
     Mutation(
         "a swallowed time-out taken as the check's answer",
-        "llamppl/decoding/time_bound.py",
+        "llamppl/decoding/constraints/time_bound.py",
         "    if fired:\n        raise CheckTimeout",
         "    if False:\n        raise CheckTimeout",
         (TIMEOUTS,),
     ),
     Mutation(
         "a draw's time-out kept for the text alone",
-        "models/token_check.py",
+        "llamppl/decoding/proposals/token_check.py",
         "scan = (tuple(context), state, left, only_end, self.end_ids, self.bound)",
         "scan = (state, left, self.bound)",
         (TIMEOUTS,),

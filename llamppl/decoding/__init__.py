@@ -1,31 +1,31 @@
 """Token-level decoding kernels (``llamppl.decoding``): the parts that act on next-token
 distributions but are not programs.
 
-- :mod:`~llamppl.decoding.constraints` — the constraint protocol (prefix check, complete
+- :mod:`~llamppl.decoding.constraints.protocol` — the constraint protocol (prefix check, complete
   check, optional batched mask, optional state) and its composition ``&``;
-  :mod:`~llamppl.decoding.text_constraints` — ready-made text constraints with vectorised
+  :mod:`~llamppl.decoding.text.characters` — ready-made text constraints with vectorised
   next-token masks (``max_word_length``, ``banned_words``, ``regex_prefix``);
-- :mod:`~llamppl.decoding.lazy_proposal` — adaptive weighted rejection sampling: a lazy,
+- :mod:`~llamppl.decoding.proposals.lazy` — adaptive weighted rejection sampling: a lazy,
   exact token proposal that checks only the tokens it draws;
-  :mod:`~llamppl.decoding.time_bound` — the time bound on every check;
-- :mod:`~llamppl.decoding.grammar_compile`, :mod:`~llamppl.decoding.schema_budget` and
-  :mod:`~llamppl.decoding.json_check` — JSON Schema compilation (exact and relaxed tiers,
+  :mod:`~llamppl.decoding.constraints.time_bound` — the time bound on every check;
+- :mod:`~llamppl.decoding.grammar.compile`, :mod:`~llamppl.decoding.grammar.json_budget` and
+  :mod:`~llamppl.decoding.grammar.json_check` — JSON Schema compilation (exact and relaxed tiers,
   cache), the size budget (short strings and arrays, closed objects) and the exact
   validity check;
-- :mod:`~llamppl.decoding.grammar_engine` — the llguidance adapter (JSON Schema, regex,
+- :mod:`~llamppl.decoding.grammar.engine` — the llguidance adapter (JSON Schema, regex,
   Lark): grammars, matchers, batched masks;
-- :mod:`~llamppl.decoding.grammar_logits` — the local-masking HF ``LogitsProcessor``;
-- :mod:`~llamppl.decoding.text_units` — characters, words, sentences and paragraphs split
+- :mod:`~llamppl.decoding.grammar.logits` — the local-masking HF ``LogitsProcessor``;
+- :mod:`~llamppl.decoding.text.units` — characters, words, sentences and paragraphs split
   exactly as COLLIE's NLTK-based judge splits them, and
-  :mod:`~llamppl.decoding.text_finality` — which units of a prefix are final (both need
+  :mod:`~llamppl.decoding.text.finality` — which units of a prefix are final (both need
   the ``collie`` extra);
-- :mod:`~llamppl.decoding.text_structure` — constraints on those units, exact on prefixes
+- :mod:`~llamppl.decoding.text.builders` — constraints on those units, exact on prefixes
   (counts, positions, first/last words of sentences, last sentences of paragraphs, words
-  present or absent), built from :mod:`~llamppl.decoding.text_counts`,
-  :mod:`~llamppl.decoding.text_positions`, :mod:`~llamppl.decoding.text_presence` over the
-  prefix analysis :mod:`~llamppl.decoding.text_prefix` and the token-budget facts of
-  :mod:`~llamppl.decoding.text_budget`;
-- :mod:`~llamppl.decoding.power_law` and :mod:`~llamppl.decoding.power_law_proposal` —
+  present or absent), built from :mod:`~llamppl.decoding.text.counts`,
+  :mod:`~llamppl.decoding.text.positions`, :mod:`~llamppl.decoding.text.presence` over the
+  prefix analysis :mod:`~llamppl.decoding.text.prefix` and the token-budget facts of
+  :mod:`~llamppl.decoding.text.budget`;
+- :mod:`~llamppl.decoding.power_law.sampler` and :mod:`~llamppl.decoding.power_law.proposal` —
   the power-law token sampler and its use as an exact SMC proposal.
 
 This floor sits above the DSL (it may import ``llamppl.context``, ``llamppl.lm``) and below
@@ -35,13 +35,19 @@ the engines and the library programs, which re-export its public names (the old
     from llamppl.decoding import max_word_length, PowerLawSampler
 """
 
-from .constraints import AllOf, Constraint, ConstraintFailure, PredicateConstraint, as_constraint
-from .grammar_compile import CompileTimeout
-from .power_law import PRESETS as POWER_LAW_PRESETS
-from .power_law import PowerLawDraw, PowerLawSampler
-from .power_law_proposal import PowerLawProposal, power_law_history
-from .text_constraints import banned_words, max_word_length, regex_prefix
-from .time_bound import CheckTimeout, time_bound
+from llamppl.decoding.constraints.protocol import (
+    AllOf,
+    Constraint,
+    ConstraintFailure,
+    PredicateConstraint,
+    as_constraint,
+)
+from llamppl.decoding.constraints.time_bound import CheckTimeout, time_bound
+from llamppl.decoding.grammar.compile import CompileTimeout
+from llamppl.decoding.power_law.proposal import PowerLawProposal, power_law_history
+from llamppl.decoding.power_law.sampler import PRESETS as POWER_LAW_PRESETS
+from llamppl.decoding.power_law.sampler import PowerLawDraw, PowerLawSampler
+from llamppl.decoding.text.characters import banned_words, max_word_length, regex_prefix
 
 __all__ = [
     "Constraint",

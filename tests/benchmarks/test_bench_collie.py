@@ -17,15 +17,15 @@ import collie_program  # noqa: E402
 from collie_translate import translate  # noqa: E402
 
 from llamppl import FunctionLM  # noqa: E402
-from llamppl.decoding.constraints import AllOf, Constraint  # noqa: E402
-from llamppl.decoding.text_structure import EachAt, UnitsAt  # noqa: E402
+from llamppl.decoding.constraints.protocol import AllOf, Constraint  # noqa: E402
+from llamppl.decoding.text.builders import EachAt, UnitsAt  # noqa: E402
 
 VOCAB = ["Pre", "-", "Pal", " jaw", ".", "\n", "(", "'s", " 'x", ",", " ,", "<eos>"]
 LM = FunctionLM(VOCAB, len(VOCAB) - 1, lambda ctx: [math.sin(i + len(ctx)) for i in range(12)])
 
 
 def test_plain_characters_admit_the_targets_own_characters_and_space_the_marks():
-    from llamppl.decoding.text_structure import char_count, paragraph_count, word_count
+    from llamppl.decoding.text.builders import char_count, paragraph_count, word_count
 
     inst = {"targets": [11, ["jaw", "Pre-Palaeolithic", "II"]]}
     plain = collie_program.plain_characters(inst, word_count(exactly=11))
@@ -77,7 +77,7 @@ def test_plain_characters_admit_the_targets_own_characters_and_space_the_marks()
 
 
 def test_the_token_budget_leaves_room_for_a_sentence_around_required_words():
-    from llamppl.decoding.text_structure import contains_words, word_count
+    from llamppl.decoding.text.builders import contains_words, word_count
 
     assert collie_program.token_budget(LM, word_count(exactly=11)) == 2 * 11 + 12
     room = collie_program.token_budget(LM, contains_words(["jaw"]))

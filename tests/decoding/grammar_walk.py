@@ -4,7 +4,7 @@ the JSON Schema tiers' tests share."""
 from __future__ import annotations
 
 from llamppl import FunctionLM
-from llamppl.decoding.grammar_compile import Grammar
+from llamppl.decoding.grammar.compile import Grammar
 
 
 def walk(grammar: Grammar, text: str) -> int | bool:

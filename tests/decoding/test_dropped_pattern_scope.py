@@ -1,8 +1,8 @@
 """A dropped pattern is a prefix check only where it applies to every string at its path.
 
 Schemas whose lookahead ``pattern`` llguidance cannot parse compile through the stripped
-tier (:mod:`llamppl.decoding.json_relax`); the pattern comes back as a prefix check
-(:class:`~llamppl.decoding.json_patterns.JSONStringPatterns`) only where it holds for
+tier (:mod:`llamppl.decoding.grammar.json_relax`); the pattern comes back as a prefix check
+(:class:`~llamppl.decoding.grammar.json_patterns.JSONStringPatterns`) only where it holds for
 every string value at the path: never under ``anyOf`` / ``oneOf`` branches,
 ``if`` / ``then`` / ``else``, ``not``, ``patternProperties``, ``dependentSchemas``,
 ``contains``, ``unevaluatedProperties``, on declared keys through ``additionalProperties``,
@@ -27,8 +27,8 @@ pytest.importorskip("jsonschema")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grammar_walk import walk  # noqa: E402
 
-from llamppl.decoding.grammar_compile import json_grammar  # noqa: E402
-from llamppl.decoding.json_relax import (  # noqa: E402
+from llamppl.decoding.grammar.compile import json_grammar  # noqa: E402
+from llamppl.decoding.grammar.json_relax import (  # noqa: E402
     AnyIndex,
     AnyKey,
     rule_matches,

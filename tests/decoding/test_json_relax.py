@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grammar_lms import assert_exact, brute_force, wavy_lm  # noqa: E402
 from grammar_walk import walk  # noqa: E402
 
-from llamppl.decoding.grammar_compile import json_grammar  # noqa: E402
-from llamppl.decoding.json_patterns import JSONStringPatterns, string_values  # noqa: E402
-from llamppl.decoding.json_relax import AnyIndex, AnyKey, strip_unsupported  # noqa: E402
+from llamppl.decoding.grammar.compile import json_grammar  # noqa: E402
+from llamppl.decoding.grammar.json_patterns import JSONStringPatterns, string_values  # noqa: E402
+from llamppl.decoding.grammar.json_relax import AnyIndex, AnyKey, strip_unsupported  # noqa: E402
 from llamppl.models import GrammarConstraint  # noqa: E402
 
 STRINGS = ["<s>", '"', "a", "b", "ab", "<eos>"]
@@ -330,7 +330,7 @@ def _random_schema(rng, n_defs):
 def test_memoised_walk_reproduces_the_unrolled_walk(monkeypatch, max_rules):
     import random
 
-    from llamppl.decoding import json_relax
+    from llamppl.decoding.grammar import json_relax
 
     monkeypatch.setattr(json_relax, "_MAX_DEPTH", 4)  # keeps the unrolled reference small
     monkeypatch.setattr(json_relax, "_MAX_RULES", max_rules)

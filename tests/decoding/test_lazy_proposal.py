@@ -1,6 +1,6 @@
 """The AWRS draw and weight: exact draws, an unbiased and properly weighted weight, counted checks.
 
-Every claim of :mod:`llamppl.decoding.lazy_proposal`'s docstring is checked by Monte
+Every claim of :mod:`llamppl.decoding.proposals.lazy`'s docstring is checked by Monte
 Carlo against closed forms on toy distributions, with tolerances of 4 standard errors
 of the estimator itself: E[Ẑ] = Z (Z ≈ 0.6, Z ≈ 1e-4), E[Ẑ 1{a = w}] = p(w) 1_A(w)
 for every token (proper weighting), Z = 0 gives weight zero after one check per token
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from llamppl.decoding import lazy_proposal
-from llamppl.decoding.lazy_proposal import (
+from llamppl.decoding.proposals import lazy as lazy_proposal
+from llamppl.decoding.proposals.lazy import (
     FIRST_CANDIDATES,
     MAX_EXTRA_CHECKS,
     awrs,

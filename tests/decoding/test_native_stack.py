@@ -5,7 +5,7 @@ grammar embedding one is validated), recursing about 8 KB of native stack per re
 hop: on the caller's default stack a 1,000-deep chain is a segfault. The chain must
 compile, build a matcher, copy it, mask with it and advance it to an accepting state (in
 a subprocess: a crash would kill pytest). Only the first matcher of a (grammar, LM) is
-built on a worker of :mod:`llamppl.decoding.native_stack`; later ones copy it on the
+built on a worker of :mod:`llamppl.decoding.grammar.native_stack`; later ones copy it on the
 caller's thread. The workers are kept: one after another, calls run on the same thread,
 and a call nobody waits for any more runs to its end and frees its worker.
 """
@@ -24,17 +24,17 @@ pytest.importorskip("llguidance", reason="needs llguidance (dev extra)")
 pytest.importorskip("jsonschema")
 
 from llamppl import FunctionLM  # noqa: E402
-from llamppl.decoding import grammar_matcher  # noqa: E402
-from llamppl.decoding.grammar_compile import json_grammar  # noqa: E402
-from llamppl.decoding.grammar_matcher import MatcherState  # noqa: E402
-from llamppl.decoding.native_stack import NativeCall, on_native_stack  # noqa: E402
+from llamppl.decoding.grammar import matcher as grammar_matcher  # noqa: E402
+from llamppl.decoding.grammar.compile import json_grammar  # noqa: E402
+from llamppl.decoding.grammar.matcher import MatcherState  # noqa: E402
+from llamppl.decoding.grammar.native_stack import NativeCall, on_native_stack  # noqa: E402
 
 DEEP_CHAIN = textwrap.dedent(
     """
     import copy, json
     from llamppl import FunctionLM
-    from llamppl.decoding.grammar_compile import Grammar, json_grammar
-    from llamppl.decoding.grammar_engine import MatcherState, allowed_masks
+    from llamppl.decoding.grammar.compile import Grammar, json_grammar
+    from llamppl.decoding.grammar.engine import MatcherState, allowed_masks
 
     defs = {
         f"d{i}": {
@@ -113,7 +113,7 @@ def test_kept_workers_serve_calls_one_after_another_and_outlive_abandoned_calls(
 FORK = textwrap.dedent(
     """
     import os, signal
-    from llamppl.decoding.native_stack import on_native_stack
+    from llamppl.decoding.grammar.native_stack import on_native_stack
 
     assert on_native_stack(lambda: 1) == 1  # a kept worker in the parent
     child = os.fork()

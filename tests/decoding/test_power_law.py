@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from llamppl import FunctionLM, LMContext, Model, run, using_rng
-from llamppl.decoding.token_draw import draw_token_ids
+from llamppl.decoding.proposals.token_draw import draw_token_ids
 from llamppl.inference import enumerate_exact, smc_standard
 from llamppl.models import PowerLawProposal, PowerLawSampler, power_law_history
 

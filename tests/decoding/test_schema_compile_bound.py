@@ -18,9 +18,10 @@ import pytest
 pytest.importorskip("llguidance", reason="needs llguidance (dev extra)")
 pytest.importorskip("jsonschema")
 
-from llamppl.decoding import grammar_compile, json_relax  # noqa: E402
-from llamppl.decoding.grammar_compile import CompileTimeout, Grammar, json_grammar  # noqa: E402
-from llamppl.decoding.json_relax import strip_unsupported  # noqa: E402
+from llamppl.decoding.grammar import compile as grammar_compile  # noqa: E402
+from llamppl.decoding.grammar import json_relax  # noqa: E402
+from llamppl.decoding.grammar.compile import CompileTimeout, Grammar, json_grammar  # noqa: E402
+from llamppl.decoding.grammar.json_relax import strip_unsupported  # noqa: E402
 
 LOOK = "^(?=.*1)[a-z1]{2,}$"  # a lookahead: llguidance refuses it, the stripped tier drops it
 

@@ -20,7 +20,7 @@ from text_programs import LM, brute, load_benchmark  # noqa: E402
 load_benchmark("collie_judge")  # points NLTK_DATA at the shared Punkt data first
 
 from llamppl import run, using_rng  # noqa: E402
-from llamppl.decoding.text_structure import (  # noqa: E402
+from llamppl.decoding.text.builders import (  # noqa: E402
     last_sentence_of_paragraphs,
     last_word_of_sentences,
     sentence_count,

@@ -1,4 +1,4 @@
-"""The prefix analysis (:mod:`llamppl.decoding.text_prefix`) by brute force against NLTK.
+"""The prefix analysis (:mod:`llamppl.decoding.text.prefix`) by brute force against NLTK.
 
 For every prefix ``p`` of a text ``T`` (seeded samples of the COLLIE reference texts, and
 seeded random texts full of marks, quotes, hyphens, abbreviations, contractions and
@@ -29,10 +29,10 @@ if "collie_judge" not in sys.modules:  # points NLTK_DATA at the shared Punkt da
     _spec.loader.exec_module(_module)
 collie_judge = sys.modules["collie_judge"]
 
-from llamppl.decoding import text_prefix as tp  # noqa: E402
-from llamppl.decoding import text_units as tu  # noqa: E402
-from llamppl.decoding.text_paragraphs import analyze_paragraphs  # noqa: E402
-from llamppl.decoding.text_prefix import analyze  # noqa: E402
+from llamppl.decoding.text import prefix as tp  # noqa: E402
+from llamppl.decoding.text import units as tu  # noqa: E402
+from llamppl.decoding.text.paragraphs import analyze_paragraphs  # noqa: E402
+from llamppl.decoding.text.prefix import analyze  # noqa: E402
 
 PIECES = [
     "He", "ran", "far", "Mr.", "U.S.", "don't", "gonna", "cannot", "well-known", "x--y",

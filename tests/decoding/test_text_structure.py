@@ -27,8 +27,9 @@ collie_judge = load_benchmark("collie_judge")  # points NLTK_DATA at the shared 
 collie_translate = load_benchmark("collie_translate")
 
 from llamppl import run  # noqa: E402
-from llamppl.decoding.constraints import Constraint  # noqa: E402
-from llamppl.decoding.text_structure import (  # noqa: E402
+from llamppl.decoding.constraints.protocol import Constraint  # noqa: E402
+from llamppl.decoding.proposals.vocab_trie import vocab_trie  # noqa: E402
+from llamppl.decoding.text.builders import (  # noqa: E402
     char_count,
     chars_at,
     chars_per_word,
@@ -43,7 +44,6 @@ from llamppl.decoding.text_structure import (  # noqa: E402
     words_at,
     words_per_sentence,
 )
-from llamppl.decoding.token_trie import token_trie  # noqa: E402
 from llamppl.inference import enumerate_exact  # noqa: E402
 from llamppl.models import HardConstraint  # noqa: E402
 
@@ -179,7 +179,7 @@ def test_the_trie_listing_leaves_out_only_tokens_after_a_rejected_prefix(smollm,
     certainly too long, ``praisité`` not yet decided: sound, not closed; lazy_proposal's "Long
     runs of rejections" shows the target stays exact)."""
     lm, ends = smollm, set(smollm.eos_token_ids)
-    listed, _ = token_trie(lm, sorted(ends)).allowed(constraint.text_check(lm, text))
+    listed, _ = vocab_trie(lm, sorted(ends)).allowed(constraint.text_check(lm, text))
     scan = {w for w in range(lm.vocab_size) if w not in ends and constraint.allows(lm, text, w)}
     assert set(listed) <= scan and len(listed) > 0
     for w in scan - set(listed):
@@ -248,7 +248,7 @@ def test_need_falls_as_a_required_sentence_is_written_and_matches_reachable(smol
 
 
 def test_a_target_sentence_counts_only_where_a_sentence_may_start():
-    from llamppl.decoding.text_spelling import find_spelled, may_start_sentence, spelling
+    from llamppl.decoding.text.spelling import find_spelled, may_start_sentence, spelling
 
     assert may_start_sentence("he left. packs", 9)
     assert may_start_sentence('he left. "packs', 10)

@@ -32,8 +32,8 @@ collie_judge = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("collie_judge", collie_judge)
 _spec.loader.exec_module(collie_judge)  # points NLTK_DATA at the shared Punkt data first
 
-from llamppl.decoding import text_finality as tf  # noqa: E402
-from llamppl.decoding import text_units as tu  # noqa: E402
+from llamppl.decoding.text import finality as tf  # noqa: E402
+from llamppl.decoding.text import units as tu  # noqa: E402
 
 HAVE_DATA = collie_judge.DATA.is_file()
 needs_data = pytest.mark.skipif(not HAVE_DATA, reason=f"no COLLIE data at {collie_judge.DATA}")

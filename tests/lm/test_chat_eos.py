@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from llamppl import FunctionLM, LMContext, run
-from llamppl.decoding.text_constraints import banned_words, max_word_length, regex_prefix
+from llamppl.decoding.text.characters import banned_words, max_word_length, regex_prefix
 from llamppl.inference import enumerate_exact
 from llamppl.lm.hf_vocab import eos_ids
 from llamppl.models.hard_constraints import HardConstraint

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from llamppl import FunctionLM, run
-from llamppl.decoding.constraints import PredicateConstraint
-from llamppl.decoding.time_bound import CheckTimeout, bounded_call, time_bound
+from llamppl.decoding.constraints.protocol import PredicateConstraint
+from llamppl.decoding.constraints.time_bound import CheckTimeout, bounded_call, time_bound
 from llamppl.inference import importance_sampling, smc_standard
 from llamppl.models import HardConstraint
 

@@ -12,10 +12,10 @@ import torch
 from grammar_lms import assert_exact, brute_force, wavy_lm
 
 from llamppl import FunctionLM, run
-from llamppl.decoding.grammar_engine import mask_batcher
+from llamppl.decoding.grammar.engine import mask_batcher
+from llamppl.decoding.proposals.constrained_tokens import mask_calls
 from llamppl.inference import enumerate_exact, smc_standard
 from llamppl.models import Grammar, GrammarConstraint
-from llamppl.models.constrained_tokens import mask_calls
 from llamppl.models.grammar import MaskedNextToken
 
 pytest.importorskip("llguidance")
@@ -259,7 +259,7 @@ def test_grammar_admitting_no_token_gives_minus_inf(proposal):
 def test_apply_masks_reuses_its_scratch_without_leaking_between_calls():
     """Two batches in turn (different sizes, duplicates, a final row): each equals the
     masks computed on their own, and ``overwrite`` writes q into the caller's tensor."""
-    from llamppl.decoding.grammar_engine import MatcherState, allowed_masks, apply_masks
+    from llamppl.decoding.grammar.engine import MatcherState, allowed_masks, apply_masks
 
     lm = wavy_lm(REGEX_VOCAB)
     grammar = Grammar.from_regex("(ab|b)+c")

@@ -16,10 +16,11 @@ jsonschema = pytest.importorskip("jsonschema")
 from grammar_lms import assert_exact, brute_force, wavy_lm  # noqa: E402
 
 from llamppl import run  # noqa: E402
-from llamppl.decoding import grammar_engine, schema_budget  # noqa: E402
-from llamppl.decoding.grammar_compile import Grammar, cap_sizes, json_grammar  # noqa: E402
-from llamppl.decoding.grammar_engine import MatcherState, allowed_masks  # noqa: E402
-from llamppl.decoding.schema_budget import FREE_VALUE, bound_free_values, close_objects  # noqa: E402
+from llamppl.decoding.grammar import engine as grammar_engine  # noqa: E402
+from llamppl.decoding.grammar import json_budget as schema_budget  # noqa: E402
+from llamppl.decoding.grammar.compile import Grammar, cap_sizes, json_grammar  # noqa: E402
+from llamppl.decoding.grammar.engine import MatcherState, allowed_masks  # noqa: E402
+from llamppl.decoding.grammar.json_budget import FREE_VALUE, bound_free_values, close_objects  # noqa: E402
 from llamppl.inference import enumerate_exact  # noqa: E402
 from llamppl.models import GrammarConstraint, generate_json  # noqa: E402
 from llamppl.models.structured import schema_prompt  # noqa: E402

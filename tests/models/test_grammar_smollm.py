@@ -140,7 +140,7 @@ def test_logits_processor_with_hf_generate(smollm):
 def test_forced_token_agrees_with_the_full_mask_on_real_json(smollm):
     """Along random walks through a real schema, ``forced_token`` is the mask's one non-EOS
     token exactly when the mask is a singleton (byte-level vocabulary: no singleton missed)."""
-    from llamppl.decoding.grammar_engine import Grammar, MatcherState, allowed_masks, forced_token
+    from llamppl.decoding.grammar.engine import Grammar, MatcherState, allowed_masks, forced_token
 
     grammar = Grammar.from_json_schema(PERSON)
     rng = torch.Generator().manual_seed(0)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from llamppl import FunctionLM, run
-from llamppl.decoding.constraints import AllOf, Constraint, PredicateConstraint
-from llamppl.decoding.text_constraints import MaxWordLength
+from llamppl.decoding.constraints.protocol import AllOf, Constraint, PredicateConstraint
+from llamppl.decoding.text.characters import MaxWordLength
 from llamppl.inference import enumerate_exact, smc_standard, smc_steer
 from llamppl.models import HardConstraint, banned_words, max_word_length, regex_prefix
 

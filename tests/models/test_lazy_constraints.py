@@ -17,9 +17,9 @@ import pytest
 from exact_reference import assert_unbiased_paths, weighted_paths
 
 from llamppl import FunctionLM, run
-from llamppl.decoding.constraints import PredicateConstraint
-from llamppl.decoding.lazy_proposal import EXHAUST_AFTER
-from llamppl.decoding.time_bound import CheckTimeout, time_bound
+from llamppl.decoding.constraints.protocol import PredicateConstraint
+from llamppl.decoding.constraints.time_bound import CheckTimeout, time_bound
+from llamppl.decoding.proposals.lazy import EXHAUST_AFTER
 from llamppl.inference import enumerate_exact, importance_sampling, smc_standard
 from llamppl.models import HardConstraint, max_word_length, regex_prefix
 
@@ -141,7 +141,7 @@ def test_a_draw_whose_checks_together_run_too_long_kills_its_particle():
     """A prefix check that admits a text no token extends makes the lazy draw check the
     whole vocabulary; the draw's checks together are bounded by ``SCAN_BOUNDS`` check
     bounds, so the particle dies with a named cause after a few checks, not |V| of them."""
-    from models.token_check import SCAN_BOUNDS
+    from llamppl.decoding.proposals.token_check import SCAN_BOUNDS
 
     vocab = [chr(ord("a") + i % 26) * (1 + i // 26) for i in range(200)] + ["<eos>"]
     lm = FunctionLM(vocab, len(vocab) - 1, lambda ctx: [0.0] * (len(vocab) - 1) + [-math.inf])
@@ -159,7 +159,7 @@ def test_a_draw_whose_checks_together_run_too_long_kills_its_particle():
 def test_listing_the_allowed_tokens_on_the_trie_keeps_smc_unbiased(monkeypatch):
     """Every draw that rejects its first token lists A on the vocabulary's trie (exact Z as
     the weight); E[Ẑ π̂(s)] = Z π(s) still holds over 300 seeded SMC runs."""
-    from llamppl.decoding import lazy_proposal
+    from llamppl.decoding.proposals import lazy as lazy_proposal
 
     monkeypatch.setattr(lazy_proposal, "EXHAUST_AFTER", 1)
     target, z = _brute(3, "newline")
@@ -199,11 +199,11 @@ class NoABudgeted(NoA):
 def test_a_sound_check_not_closed_under_prefixes_keeps_smc_unbiased(monkeypatch, kind):
     """The listing leaves out "ab" (likely, and dead), which the scan accepts; the draws that
     list still give E[Ẑ π̂(s)] = Z π(s) over 300 seeded SMC runs (lazy_proposal, "Long runs")."""
-    from llamppl.decoding import lazy_proposal
-    from llamppl.decoding.token_trie import token_trie
+    from llamppl.decoding.proposals import lazy as lazy_proposal
+    from llamppl.decoding.proposals.vocab_trie import vocab_trie
 
     check, ab = kind(lambda text: not text.endswith("a")), NO_A_VOCAB.index("ab")
-    listed, _ = token_trie(NO_A_LM, [8]).allowed(check.text_check(NO_A_LM, ""))
+    listed, _ = vocab_trie(NO_A_LM, [8]).allowed(check.text_check(NO_A_LM, ""))
     assert ab not in listed and check.allows(NO_A_LM, "", ab)
     sampled = HardConstraint(NO_A_LM, [5], check, "sample", 3, stop="newline")
     exact = run(enumerate_exact(sampled))  # G = 1_C per token: the target, with the scan's A

@@ -27,10 +27,11 @@ import torch
 from exact_reference import assert_unbiased_paths, path_of, sampling_target, weighted_paths
 
 from llamppl import FunctionLM, run
-from llamppl.decoding import lazy_proposal
-from llamppl.decoding.constraints import Constraint, PredicateConstraint
+from llamppl.decoding.constraints.protocol import Constraint, PredicateConstraint
+from llamppl.decoding.proposals import lazy as lazy_proposal
+from llamppl.decoding.proposals import token_check
 from llamppl.inference import enumerate_exact, smc_standard
-from llamppl.models import HardConstraint, constraint_formulations, token_check
+from llamppl.models import HardConstraint, constraint_formulations
 
 RUNS = 400  # seeded SMC runs per estimate (N = 4)
 

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("llguidance", reason="generate_json needs llguidance (dev extra)")
 
 from llamppl import Bernoulli, FunctionLM, Model, run  # noqa: E402
-from llamppl.decoding.schema_budget import JSONBudget  # noqa: E402
+from llamppl.decoding.grammar.json_budget import JSONBudget  # noqa: E402
 from llamppl.inference import StepLimitError, enumerate_exact, particle_gibbs  # noqa: E402
 from llamppl.inference.viewer import render_html  # noqa: E402
 from llamppl.models import generate_json, power_smc, speculative_smc  # noqa: E402
@@ -137,7 +137,7 @@ def test_json_budget_is_one_hashable_value_given_once():
         JSONBudget(max_string_length=0)
     with pytest.raises(ValueError, match="whitespace must be one of"):
         JSONBudget(whitespace="pretty")
-    from llamppl.decoding.grammar_compile import json_grammar
+    from llamppl.decoding.grammar.compile import json_grammar
 
     schema = {"type": "object", "properties": {"s": {"type": "string"}}}
     assert json_grammar(schema, budget=a) is json_grammar(schema, max_string_length=8)  # one key

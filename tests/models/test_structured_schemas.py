@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
 
-from llamppl.decoding.grammar_compile import json_grammar  # noqa: E402
+from llamppl.decoding.grammar.compile import json_grammar  # noqa: E402
 from llamppl.models import GrammarConstraint, generate_json  # noqa: E402
 from llamppl.models.structured import SCHEMA_INSTRUCTION, schema_prompt  # noqa: E402
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from llamppl import FunctionLM
-from llamppl.decoding.constraints import PredicateConstraint
-from llamppl.models import token_check
-from llamppl.models.constrained_tokens import end_token_ids
+from llamppl.decoding.constraints.protocol import PredicateConstraint
+from llamppl.decoding.proposals import token_check
+from llamppl.decoding.proposals.constrained_tokens import end_token_ids
 
 VOCAB = ["".join(t) for k in (1, 2) for t in itertools.product("abcz", repeat=k)]
 VOCAB += ["\n", "a\n", "z\n", "<eos>"]

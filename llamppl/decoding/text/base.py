@@ -1,0 +1,220 @@
+"""Shared parts of the text-structure constraints (:mod:`~llamppl.decoding.text.builders`).
+
+:class:`Bounds` (COLLIE's ``==``/``>=``/``<=`` relations as an integer range),
+:class:`TextStructure` (a constraint decided from an analysis of the prefix,
+:mod:`~llamppl.decoding.text.prefix`), target normalisation as COLLIE compares units
+(lower-cased, punctuation stripped at both ends) and the token-budget arithmetic for
+target words that must still be written (:mod:`~llamppl.decoding.text.budget`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from llamppl.decoding.constraints.protocol import Constraint
+from llamppl.decoding.text import units as tu
+from llamppl.decoding.text.paragraphs import analyze_paragraphs
+from llamppl.decoding.text.prefix import Analysis, analyze
+from llamppl.decoding.text.spelling import Spelling, find_spelled, overlap_need, progress_mask
+from llamppl.lm.base import LanguageModel
+from llamppl.validation import is_integer
+
+__all__ = [
+    "Bounds",
+    "TextStructure",
+    "target_key",
+    "target_keys",
+    "check_level",
+    "norm_unit",
+    "unit_at",
+    "count_nonspace",
+    "count_marks",
+    "word_need",
+    "in_order_needs",
+    "spelled_budget",
+]
+
+
+# ---------------------------------------------------------------------- shared parts
+class Bounds:
+    """An integer range ``lo <= n <= hi`` (either end may be None), from COLLIE's relations."""
+
+    __slots__ = ("lo", "hi")
+
+    def __init__(
+        self, exactly: int | None = None, at_least: int | None = None, at_most: int | None = None
+    ) -> None:
+        for name, v in (("exactly", exactly), ("at_least", at_least), ("at_most", at_most)):
+            if v is not None and (not is_integer(v) or v < 0):
+                raise ValueError(f"{name} must be a non-negative integer or None, got {v!r}")
+        if exactly is not None and (at_least is not None or at_most is not None):
+            raise ValueError("give exactly, or at_least and/or at_most, not both")
+        self.lo = exactly if exactly is not None else at_least
+        self.hi = exactly if exactly is not None else at_most
+        if self.lo is None and self.hi is None:
+            raise ValueError("give at least one of exactly, at_least, at_most")
+        if self.lo is not None and self.hi is not None and self.lo > self.hi:
+            raise ValueError(f"at_least ({self.lo}) must not exceed at_most ({self.hi})")
+
+    def ok(self, n: int) -> bool:
+        return (self.lo is None or n >= self.lo) and (self.hi is None or n <= self.hi)
+
+    def over(self, n: int) -> bool:
+        """``n`` units that can only grow are too many already."""
+        return self.hi is not None and n > self.hi
+
+    def __repr__(self) -> str:
+        if self.lo == self.hi:
+            return f"exactly={self.lo}"
+        parts = [f"at_least={self.lo}"] if self.lo is not None else []
+        return ", ".join(parts + ([f"at_most={self.hi}"] if self.hi is not None else []))
+
+
+def target_key(value: object, name: str) -> str:
+    """One target as COLLIE compares it (:func:`~llamppl.decoding.text.units.normalize`);
+    ``name`` names the argument in the error for a value that is not a non-empty str."""
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{name} must be non-empty strings, got {value!r}")
+    return tu.normalize(value)
+
+
+def target_keys(values: object, name: str) -> tuple[str, ...]:
+    """A non-empty list of targets, each as :func:`target_key` gives it."""
+    if isinstance(values, str) or not isinstance(values, Sequence) or not values:
+        raise TypeError(f"{name} must be a non-empty list of strings, got {values!r}")
+    return tuple(target_key(v, name) for v in values)
+
+
+def check_level(name: str, value: object, allowed: Sequence[str]) -> str:
+    """``value`` if it is one of the ``allowed`` unit levels, else a ValueError naming ``name``."""
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def norm_unit(unit: str | None) -> str | None:
+    """A unit as COLLIE compares it, None staying None (a position out of range)."""
+    return None if unit is None else tu.normalize(unit)
+
+
+def unit_at(units: Sequence[str], index: int) -> str | None:
+    """COLLIE's ``Position.get``: the unit at ``index`` or None out of range."""
+    return units[index] if -len(units) <= index < len(units) else None
+
+
+def count_nonspace(text: str) -> int:
+    """Non-whitespace characters of ``text`` (an upper bound on the words it can hold)."""
+    return sum(not ch.isspace() for ch in text)
+
+
+def count_marks(text: str) -> int:
+    """``.``, ``?`` and ``!`` in ``text`` (an upper bound on the sentence breaks it holds)."""
+    return text.count(".") + text.count("?") + text.count("!")
+
+
+def word_need(sp: Spelling, view: Analysis, region_lower: str, present: set[str]) -> int:
+    """Tokens still needed before the word ``sp.target`` is a judge word of the open region
+    (the last word of the open sentence, for a mark spelling; ``present``: certain words)."""
+    target = sp.target
+    if target in present:
+        return 0
+    if not view.exact:  # marks or quotes ahead: 0 if it may stand there already
+        return overlap_need(sp, region_lower)
+    word = view.open_word
+    if word is not None:
+        low = word.letters.lower()
+        if target.startswith(low):
+            return min(sp.fresh, sp.after[len(low)])
+        if any(tu.normalize(w) == target for w in word.shorter_forms()):
+            return 0
+    return sp.fresh
+
+
+def in_order_needs(spelled: Sequence[Spelling], text_lower: str) -> list[int]:
+    """Needs of targets that must come in this order: the first ones found one after the
+    other need nothing, the next may be under way at the end, the rest are written anew."""
+    needs, pos = [], 0
+    for k, sp in enumerate(spelled):
+        end = find_spelled(sp, text_lower, pos)
+        if end is None:
+            needs.append(overlap_need(sp, text_lower, pos))
+            needs += [later.fresh for later in spelled[k + 1 :]]
+            break
+        needs.append(0)
+        pos = end
+    return needs
+
+
+def spelled_budget(
+    lm: LanguageModel,
+    spelled: Sequence[Spelling],
+    needs: Sequence[int],
+    text_lower: str,
+    tokens_left: int,
+    extra: int = 0,
+    add: bool = True,
+) -> tuple[bool, torch.Tensor | None]:
+    """Reachability and budget mask of "every spelling still to write" (sum or maximum).
+
+    Returns ``(reachable, mask)``: ``mask`` is None while the budget leaves a token to spare,
+    else the tokens that write more of some target (and the end tokens).
+    """
+    total = (sum(needs) + extra) if add else max([0, *needs])
+    if total > tokens_left:
+        return False, None
+    if total < tokens_left:
+        return True, None
+    mask = torch.zeros(lm.vocab_size, dtype=torch.bool, device=lm.device)
+    for sp, need in zip(spelled, needs):
+        if need:
+            mask |= progress_mask(lm, sp, text_lower)
+    mask[list(lm.eos_token_ids)] = True
+    return True, mask
+
+
+class TextStructure(Constraint):
+    """Base class: a constraint decided from an analysis of the prefix.
+
+    Subclasses set ``view`` (``"sentence"``: :func:`~llamppl.decoding.text.prefix.analyze`,
+    ``"paragraph"``: :func:`~llamppl.decoding.text.prefix.analyze_paragraphs`) and
+    implement ``prefix_ok(text, view)`` and ``accepts_end(text)``.
+    """
+
+    view = "sentence"
+
+    def view_of(self, text: str, parent: str | None = None) -> Any:
+        """The prefix analysis of ``text`` this constraint reads (``parent``: a shorter prefix
+        already analysed, only for speed)."""
+        if self.view == "paragraph":
+            return analyze_paragraphs(text, parent)
+        return analyze(text, parent)
+
+    def __call__(self, text: str) -> bool:
+        return self.prefix_ok(text, self.view_of(text))
+
+    def prefix_ok(self, text: str, view: Any) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def allows(self, lm: LanguageModel, state: Any, token: int) -> bool:
+        """The memoised prefix check of ``state + token``, its analysis started from ``state``'s."""
+        return self._after(state, state + lm.vocab[token])
+
+    def text_check(self, lm: LanguageModel, state: Any) -> Callable[[str], bool] | None:
+        """The memoised prefix check of ``state + x`` for any string ``x``, as :meth:`allows`
+        (the trie listing of :mod:`~llamppl.decoding.proposals.vocab_trie`). It rejects a text only
+        when no completion of it can pass (sound; not always closed under prefixes: the
+        listing then leaves out only dead tokens, see that module; ``prefix_closed`` stays
+        False, so a program that keeps cut texts unchecked does not list)."""
+        if not isinstance(state, str):
+            return None
+        return lambda x: self._after(state, state + x)
+
+    def _after(self, state: str, text: str) -> bool:
+        """``checked(False, text)`` with the analysis of ``text`` started from ``state``'s (a
+        prefix of it): a lookup when it is known, else far cheaper than from the start, and
+        ``reachable`` then finds it analysed."""
+        self.view_of(text, state)
+        return self.checked(False, text)
