@@ -1,7 +1,7 @@
 """Chat: steer the reply of the embedded SmolLM2-135M-Instruct to a chat prompt.
 
-`LMContext(lm, messages=[...])` renders the messages with the model's chat
-template, ending where the assistant's reply begins. The reply ends when the
+`lm.apply_chat_template([...])` renders the messages with the model's chat
+template (token ids), ending where the assistant's reply begins. The reply ends when the
 model emits one of `lm.eos_token_ids` (SmolLM2 ends a turn with `<|im_end|>`).
 Here every word of the reply must have at most `--max-letters` letters (a word is
 a run of Unicode letters, so "français" counts 8); SMC steering keeps the
@@ -25,7 +25,7 @@ WORD = re.compile(r"[^\W\d_]+")  # runs of Unicode letters: "français" is one 8
 class ShortWordReply(Model):
     def __init__(self, lm, messages, max_letters: int = 7, max_tokens: int = 40):
         super().__init__()
-        self.context = LMContext(lm, messages=messages)  # chat template + generation prompt
+        self.context = LMContext(lm, lm.apply_chat_template(messages))  # + generation prompt
         self.max_letters, self.max_tokens = max_letters, max_tokens
 
     async def step(self):

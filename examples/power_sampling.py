@@ -47,7 +47,7 @@ def main() -> None:
 
     lm = CachedCausalLM.default()
     messages = [{"role": "user", "content": args.question}]
-    prompt = lm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt = lm.apply_chat_template(messages)  # token ids: the chat template + generation prompt
     a, t, s = args.alpha, args.max_tokens, args.seed
     methods = {
         "plain sampling (τ = 1)": low_temperature_decode(lm, prompt, 1.0, t, seed=s),

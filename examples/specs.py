@@ -79,9 +79,7 @@ def main() -> None:
     target = CachedCausalLM.default()
     draft = truncated_draft(target, args.draft_layers)
     messages = [{"role": "user", "content": args.question}]
-    prompt = target.tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True
-    )
+    prompt = target.apply_chat_template(messages)  # token ids: chat template + generation prompt
     width = args.beam_width
     methods = {
         "plain sampling": lambda s: low_temperature_decode(target, prompt, 1.0, args.max_tokens, s),

@@ -48,9 +48,7 @@ def main() -> None:
 
     lm = CachedCausalLM.default()
     request = f"Extract the person (name, age, city) from this sentence as JSON: {args.sentence}"
-    prompt = lm.tokenizer.apply_chat_template(
-        [{"role": "user", "content": request}], add_generation_prompt=True, tokenize=False
-    )
+    prompt = lm.apply_chat_template([{"role": "user", "content": request}])  # token ids
     print(f"Sentence: {args.sentence}\nSchema: {json.dumps(SCHEMA)}\n")
 
     t = time.perf_counter()
@@ -63,8 +61,7 @@ def main() -> None:
     print(f"  log P(valid) estimate: {out.log_ml:.3f}   ({time.perf_counter() - t:.1f}s)\n")
 
     t = time.perf_counter()
-    ids = lm.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-    ids = ids.repeat(args.samples, 1)
+    ids = torch.tensor([prompt]).repeat(args.samples, 1)  # (samples, prompt length)
     torch.manual_seed(args.seed)
     gen = lm.model.generate(
         ids,
