@@ -1,18 +1,23 @@
 """Text-structure constraints against COLLIE's judge, and exact HardConstraint posteriors.
 
-1. On the shared COLLIE reference texts (every ``reference_passes`` instance),
-   ``translate(inst).accepts_end`` agrees with the judge, and the prefix check accepts
-   every character prefix (a seeded sample of instances per structure: soundness).
+1. On the shared COLLIE reference texts, ``collie_constraint(inst, plain=False).accepts_end``
+   agrees with the judge (each instance's ``reference_passes``, the judge's verdict), and the
+   prefix check accepts every character prefix (a seeded sample of instances per structure:
+   soundness).
 2. Along the SmolLM2 tokenisation of those texts, ``reachable`` holds with the tokens the
    rest of the text needs, and ``budget_mask`` keeps the reference's next token.
 3. Small cases: dead ends the prefix check must see at once, masks equal to the per-token
    check, bad input named.
 4. ``HardConstraint`` on a ``FunctionLM``: every proposal's ``enumerate_exact`` posterior and
    Z equal a brute-force sum over token sequences (the budget never changes the target).
+
+The builders' plain characters are off here (``plain=False``): these tests are about the
+judge's constraints; ``test_text_plain.py`` tests the default.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections import defaultdict
@@ -21,39 +26,49 @@ import pytest
 
 pytest.importorskip("nltk")
 
-from text_programs import LM, brute, load_benchmark  # noqa: E402
-
-collie_judge = load_benchmark("collie_judge")  # points NLTK_DATA at the shared Punkt data first
-collie_translate = load_benchmark("collie_translate")
+from text_programs import COLLIE_DATA, LM, brute, collie_instances  # noqa: E402
 
 from llamppl import run  # noqa: E402
 from llamppl.decoding.constraints.protocol import Constraint  # noqa: E402
+from llamppl.decoding.constraints.time_bound import time_bound  # noqa: E402
 from llamppl.decoding.proposals.vocab_trie import vocab_trie  # noqa: E402
-from llamppl.decoding.text.builders import (  # noqa: E402
-    char_count,
-    chars_at,
-    chars_per_word,
-    contains_words,
-    excludes_words,
-    first_word_of_sentences,
-    last_sentence_of_paragraphs,
-    last_word_of_sentences,
-    paragraph_count,
-    sentence_count,
-    word_count,
-    words_at,
-    words_per_sentence,
-)
+from llamppl.decoding.text import builders  # noqa: E402
+from llamppl.decoding.text.collie import collie_constraint  # noqa: E402
 from llamppl.inference import enumerate_exact  # noqa: E402
 from llamppl.models import HardConstraint  # noqa: E402
 
+
+def _judge_only(build):
+    """The builder with plain characters off (the judge's constraint alone)."""
+    return functools.partial(build, plain=False)
+
+
+char_count = _judge_only(builders.char_count)
+chars_at = _judge_only(builders.chars_at)
+chars_per_word = _judge_only(builders.chars_per_word)
+contains_words = _judge_only(builders.contains_words)
+excludes_words = _judge_only(builders.excludes_words)
+first_word_of_sentences = _judge_only(builders.first_word_of_sentences)
+last_sentence_of_paragraphs = _judge_only(builders.last_sentence_of_paragraphs)
+last_word_of_sentences = _judge_only(builders.last_word_of_sentences)
+paragraph_count = _judge_only(builders.paragraph_count)
+sentence_count = _judge_only(builders.sentence_count)
+word_count = _judge_only(builders.word_count)
+words_at = _judge_only(builders.words_at)
+words_per_sentence = _judge_only(builders.words_per_sentence)
+
 needs_data = pytest.mark.skipif(
-    not collie_judge.DATA.is_file(), reason=f"no COLLIE data at {collie_judge.DATA}"
+    not COLLIE_DATA.is_file(), reason=f"no COLLIE data at {COLLIE_DATA}"
 )
 
 
+def translate(inst: dict) -> Constraint:
+    """The judge's constraint of an instance (no plain characters)."""
+    return collie_constraint(inst, plain=False)
+
+
 def _passing() -> list[dict]:
-    return [inst for inst in collie_judge.load() if inst["reference_passes"]]
+    return [inst for inst in collie_instances() if inst["reference_passes"]]
 
 
 def _sample(per_structure: int, seed: int = 0, passages: int = 1) -> list[dict]:
@@ -72,11 +87,9 @@ def _sample(per_structure: int, seed: int = 0, passages: int = 1) -> list[dict]:
 # ---------------------------------------------------------------------- 1. against the judge
 @needs_data
 def test_complete_check_agrees_with_the_judge_on_every_reference_text():
-    insts = collie_judge.load()
     disagree = []
-    for inst in insts:
-        c = collie_translate.translate(inst)
-        if c.accepts_end(inst["example"]) != collie_judge.judge(inst, inst["example"]):
+    for inst in collie_instances():
+        if translate(inst).accepts_end(inst["example"]) != inst["reference_passes"]:
             disagree.append((inst["key"], inst["index"]))
     assert disagree == []
 
@@ -85,7 +98,7 @@ def test_complete_check_agrees_with_the_judge_on_every_reference_text():
 def test_prefix_check_accepts_every_prefix_of_passing_references():
     rejected = []
     for inst in _sample(2):
-        c, text = collie_translate.translate(inst), inst["example"]
+        c, text = translate(inst), inst["example"]
         first_bad = next((n for n in range(len(text) + 1) if not c(text[:n])), None)
         if first_bad is not None:
             rejected.append((inst["key"], inst["index"], text[:first_bad][-40:]))
@@ -96,7 +109,7 @@ def test_prefix_check_accepts_every_prefix_of_passing_references():
 def test_budget_keeps_every_passing_reference_reachable(smollm):
     lm, stuck = smollm, []
     for inst in _sample(3, seed=1):
-        c, text = collie_translate.translate(inst), inst["example"]
+        c, text = translate(inst), inst["example"]
         ids = [t for t in lm.encode(text) if t != lm.bos_token_id]
         if "".join(lm.vocab[t] for t in ids) != text:
             continue  # the vocabulary does not spell this text token by token
@@ -179,8 +192,9 @@ def test_the_trie_listing_leaves_out_only_tokens_after_a_rejected_prefix(smollm,
     certainly too long, ``praisité`` not yet decided: sound, not closed; lazy_proposal's "Long
     runs of rejections" shows the target stays exact)."""
     lm, ends = smollm, set(smollm.eos_token_ids)
-    listed, _ = vocab_trie(lm, sorted(ends)).allowed(constraint.text_check(lm, text))
-    scan = {w for w in range(lm.vocab_size) if w not in ends and constraint.allows(lm, text, w)}
+    with time_bound(None):  # the listing's logic, not its speed: no check may time out here
+        listed, _ = vocab_trie(lm, sorted(ends)).allowed(constraint.text_check(lm, text))
+        scan = {w for w in range(lm.vocab_size) if w not in ends and constraint.allows(lm, text, w)}
     assert set(listed) <= scan and len(listed) > 0
     for w in scan - set(listed):
         piece = lm.vocab[w]
