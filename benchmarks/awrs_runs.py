@@ -1,9 +1,10 @@
 """Our side of the molecule and pattern benchmarks: each method on one instance, as a record.
 
-The tasks (prompts, checks, stop rule, metric, records) come from :mod:`awrs_tasks`, the
-module the genlm-control peer uses too; this module runs llamppl's methods on them and
-writes :class:`awrs_tasks.RunRecord` lines. ``bench_molecules.py`` and ``bench_patterns.py``
-are its two front doors (``main(task)``).
+The tasks (prompts, stop rule, constraints) come from :mod:`awrs_tasks`, the metric from
+:mod:`awrs_metrics` and the records from :mod:`awrs_records`, the modules the genlm-control
+peer uses too; this module runs llamppl's methods on them and writes
+:class:`awrs_records.RunRecord` lines. ``bench_molecules.py`` and ``bench_patterns.py`` are its
+two front doors (``main(task)``).
 
 Methods, all on the same LM, prompts, stop rule (EOS or a newline token; 100 tokens) and
 metric:
@@ -14,16 +15,20 @@ metric:
 - ``sample-rerank`` — N unconstrained samples, weighted by the complete check;
 - ``SMC mask`` / ``SMC lazy`` — ``smc_standard`` (ESS threshold 0.5, as the peers) over
   :class:`~llamppl.models.HardConstraint` with the mask or the lazy proposal;
+- ``SMC lazy, closure undeclared`` — the same checks with ``prefix_closed`` False, as a
+  user's plain callable is (every token's whole text checked: the cost of the safe default);
 - ``SMC lazy + need`` (molecules) — the lazy proposal with a user's guide added to the
   check: ``need`` is the count of open ring bonds and branches
-  (:func:`awrs_tasks.smiles_open_count`), which ``HardConstraint``'s ``need_twist`` turns
-  into a twist (same posterior and Z; what a user who knows SMILES would add).
+  (:func:`llamppl.decoding.chemistry.open_closures`, a guide rather than a bound on tokens),
+  which ``HardConstraint``'s ``need_twist`` turns into a twist (same posterior and Z; what a
+  user who knows SMILES would add).
 
-The constraint is the task's own prefix and complete checks (``partialsmiles``; the
-``regex`` package's partial full match for patterns, through :func:`regex_prefix`, whose
-batched mask is cheap). Predicate calls are counted on the constraint object, CPU seconds are
-the process's CPU time of the run (model load and a warm-up run excluded), and generated
-tokens count every particle extension.
+The constraint is the task's library constraint (:func:`~llamppl.decoding.chemistry.smiles`,
+closed under prefixes by construction; :func:`~llamppl.constraints.regex_prefix`, whose
+batched mask the mask proposal uses), subclassed here only to count its checks. Predicate
+calls are counted on the constraint object (``extra["parses"]``: the partialsmiles parses
+behind them), CPU seconds are the process's CPU time of the run (model load and a warm-up
+run excluded), and generated tokens count every particle extension.
 """
 
 from __future__ import annotations
@@ -36,12 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import awrs_metrics as M
+import awrs_records as R
 import awrs_tasks as T
 import torch
 from _args import nonnegative_int, positive_int
 
 from llamppl import CachedCausalLM, run
-from llamppl.decoding.constraints.protocol import Constraint
+from llamppl.constraints import Constraint
+from llamppl.decoding.chemistry import Smiles, open_closures
 from llamppl.decoding.text.characters import RegexPrefix
 from llamppl.inference import importance_sampling, smc_standard
 from llamppl.models import HardConstraint
@@ -60,47 +68,55 @@ NAMES = {
 }
 
 
-class Counted(Constraint):
-    """The task's checks as a constraint: prefix check and complete check, counted. The
-    prefix check asks "can this still be completed?" (partial SMILES, a regex's partial
-    match), so it is declared closed under prefixes: dead ends are proved on the trie."""
+class CountedSmiles(Smiles):
+    """The molecule task's constraint (``smiles(leading_space)``), its checks counted."""
 
-    prefix_closed = True
-
-    def __init__(self, instance: T.Instance) -> None:
-        self.instance, self.calls = instance, 0
+    def __init__(self, leading_space: bool = True) -> None:
+        super().__init__(leading_space)
+        self.calls = 0
 
     def __call__(self, text: str) -> bool:
         self.calls += 1
-        return self.instance.prefix_ok(text, timeout=None)  # bounded by llamppl's time bound
+        return super().__call__(text)
 
     def accepts_end(self, text: str) -> bool:
         self.calls += 1
-        return self.instance.complete_ok(text, timeout=None)
+        return super().accepts_end(text)
 
 
-class CountedPlain(Counted):
-    """The same checks as a user's plain callable, closure not declared: every token's whole
-    text is checked (``smc-plain``, the cost of the safe default)."""
+class CountedPlainSmiles(CountedSmiles):
+    """The same checks, closure under prefixes not declared (``smc-plain``)."""
 
     prefix_closed = False
 
 
-class CountedWithNeed(Counted):
-    """The molecule checks plus a guide: ``need`` = open ring bonds and branches."""
+class CountedSmilesWithNeed(CountedSmiles):
+    """The molecule checks plus a user's guide: ``need`` = open ring bonds and branches."""
 
     def need(self, lm: Any, state: str) -> int:
-        return T.smiles_open_count(state)
+        return open_closures(state)
 
 
 class CountedRegex(RegexPrefix):
-    """``regex_prefix`` of a pattern (cheap batched mask), its regex calls counted."""
+    """The pattern task's constraint (``regex_prefix(pattern)``), its regex calls counted."""
 
-    calls = 0
+    def __init__(self, pattern: str) -> None:
+        super().__init__(pattern)
+        self.calls = 0
 
-    def _fullmatch(self, text: str, partial: bool) -> bool:
+    def __call__(self, text: str) -> bool:
         self.calls += 1
-        return super()._fullmatch(text, partial)
+        return super().__call__(text)
+
+    def accepts_end(self, text: str) -> bool:
+        self.calls += 1
+        return super().accepts_end(text)
+
+
+class CountedPlainRegex(CountedRegex):
+    """The same checks, closure under prefixes not declared (``smc-plain``)."""
+
+    prefix_closed = False
 
 
 class Anything(Constraint):
@@ -112,18 +128,20 @@ class Anything(Constraint):
 
 @dataclass
 class Outcome:
-    particles: list[T.Particle]
+    particles: list[M.Particle]
     calls: int
     tokens: int
     extra: dict[str, Any]
 
 
 def _constraint(instance: T.Instance, need: bool = False, plain: bool = False) -> Constraint:
-    if plain:
-        return CountedPlain(instance)
+    """The task's constraint, counted: closure undeclared (``plain``), a guide added (``need``)."""
     if isinstance(instance, T.PatternInstance):
-        return CountedRegex(instance.pattern)
-    return CountedWithNeed(instance) if need else Counted(instance)
+        return CountedPlainRegex(instance.pattern) if plain else CountedRegex(instance.pattern)
+    space = instance.constraint.leading_space  # as the task defines it (awrs_tasks)
+    if plain:
+        return CountedPlainSmiles(space)
+    return CountedSmilesWithNeed(space) if need else CountedSmiles(space)
 
 
 def _extensions(result) -> int:
@@ -132,14 +150,14 @@ def _extensions(result) -> int:
     return n + sum(h.n_live for h in result.history[:-1])
 
 
-def _particles(result, weighted: bool = True) -> list[T.Particle]:
+def _particles(result, weighted: bool = True) -> list[M.Particle]:
     weights = result.weights if weighted else [float(w > -math.inf) for w in result.log_weights]
     total = sum(weights)
     out = []
     for p, w in zip(result.particles, weights):
         finished = p.finished and p.failure is None and len(p.context.generated) > 0
         finished = finished and int(p.context.tokens[-1]) in p.end_ids
-        out.append(T.Particle(p.text, float(w / total) if total > 0 else 0.0, finished))
+        out.append(M.Particle(p.text, float(w / total) if total > 0 else 0.0, finished))
     return out
 
 
@@ -155,14 +173,14 @@ def run_method(method: str, lm: CachedCausalLM, instance: T.Instance, n: int, se
         if method == "rerank":  # weight each finished sample by the complete check
             check = _constraint(instance)
             particles = [
-                T.Particle(
+                M.Particle(
                     p.text, p.weight * float(p.finished and check.accepts_end(p.text)), p.finished
                 )
                 for p in particles
             ]
             total = sum(p.weight for p in particles)
             particles = [
-                T.Particle(p.text, p.weight / total if total else 0.0, p.finished)
+                M.Particle(p.text, p.weight / total if total else 0.0, p.finished)
                 for p in particles
             ]
             calls = check.calls
@@ -181,10 +199,12 @@ def run_method(method: str, lm: CachedCausalLM, instance: T.Instance, n: int, se
         if p.failure is not None:
             causes[p.failure.split(" (")[0]] = causes.get(p.failure.split(" (")[0], 0) + 1
     extra = {"log_ml": result.log_ml if result.log_ml > -math.inf else None, "failures": causes}
+    if isinstance(constraint, Smiles):
+        extra["parses"] = constraint.parses
     return Outcome(particles, constraint.calls, _extensions(result), extra)
 
 
-def record(method: str, lm, instance: T.Instance, n: int, replicate: int, seed: int) -> T.RunRecord:
+def record(method: str, lm, instance: T.Instance, n: int, replicate: int, seed: int) -> R.RunRecord:
     """Run and time one (method, instance, replicate); errors become the record's ``error``."""
     n_used = 1 if method in ("base", "lcd") else n
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -194,8 +214,8 @@ def record(method: str, lm, instance: T.Instance, n: int, replicate: int, seed: 
     except Exception as exc:  # noqa: BLE001 - a failed run is a row, not a crash
         out, error = Outcome([], 0, 0, {}), f"{type(exc).__name__}: {exc}"
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    score, valid = T.posterior_score(out.particles, instance.score) if out.particles else (0.0, 0.0)
-    return T.RunRecord(
+    score, valid = M.posterior_score(out.particles, instance.score) if out.particles else (0.0, 0.0)
+    return R.RunRecord(
         method=NAMES[method],
         task=instance.task,
         instance=instance.id,
@@ -260,7 +280,7 @@ def main(task: str, argv: list[str] | None = None) -> None:
                     for n in sizes:
                         lm.clear_cache()
                         rec = record(method, lm, inst, n, rep, seed=1000 * rep + k)
-                        T.append_record(args.out, rec)
+                        R.append_record(args.out, rec)
                         print(
                             f"  rep {rep} inst {inst.id:>3} {rec.method:<22} N={rec.n_particles:<3} "
                             f"score {rec.score:.3f} valid {rec.valid:.2f} cpu {rec.cpu_seconds:6.1f}s "
@@ -269,7 +289,7 @@ def main(task: str, argv: list[str] | None = None) -> None:
                             flush=True,
                         )
     files = [args.out, *args.peer]
-    print(T.report(T.read_records(*[f for f in files if f.is_file()])))
+    print(R.report(R.read_records(*[f for f in files if f.is_file()])))
 
 
 if __name__ == "__main__":  # pragma: no cover

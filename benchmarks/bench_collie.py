@@ -10,16 +10,18 @@ checker (:mod:`collie_judge`, rebuilt from the JSON tree) grades the one text it
 - ``lcd``: locally constrained decoding, one particle of the lazy masked proposal, its
   weight ignored (what masking without weights gives);
 - ``smc``: ``smc_standard`` with ``--particles N`` particles of ``HardConstraint`` on the
-  instance's constraint (:func:`collie_translate.translate`), lazy proposal, a text drawn
-  from the final weighted particles.
+  instance's constraint (``llamppl.constraints.collie_constraint``), lazy proposal, a text
+  drawn from the final weighted particles.
 
-LCD and SMC add one constraint of the program's own beside COLLIE's
-(:class:`collie_program.PlainCharacters`: ASCII letters, spaces, ``. , ; : ! ? '`` with a
+This script only runs and grades: the constraint, its plain characters and its token budget
+are the library's. LCD and SMC use the library's default, plain characters
+(``llamppl.constraints.PlainCharacters``: ASCII letters, spaces, ``. , ; : ! ? '`` with a
 space after a mark, the characters of the instance's targets, newlines only for paragraph
-constraints; ``--no-plain-characters`` drops it): the target is then the LM conditioned on both, still exact. SMC uses ``HardConstraint``'s
+constraints; ``--no-plain-characters`` drops it, ``collie_constraint(inst, plain=False)``):
+the target is then the LM conditioned on both, still exact. SMC uses ``HardConstraint``'s
 default guidance (end, need and target twists, hints; docs/programs/collie.md). Our constraint
 objects only steer; the judge never sees them. ``max_tokens`` comes from the
-constraint (:func:`collie_program.token_budget`), never from the prompt's id. Per structure and averaged
+constraint (``llamppl.constraints.token_budget``), never from the prompt's id. Per structure and averaged
 over structures it reports satisfaction (with a 95 % interval: Wilson per structure, a
 stratified bootstrap for the average), the mean log-probability per generated token under
 the LM (temperature 1, end token included) and the median CPU seconds per instance. Torch
@@ -46,7 +48,6 @@ from typing import Any
 
 import torch
 from _args import nonnegative_int, positive_int
-from collie_program import plain_characters, token_budget
 
 METHODS = ("plain", "lcd", "smc")
 ANCHORS = {  # published outputs judged with the same checker (shared data README)
@@ -91,17 +92,16 @@ def run_method(
 ) -> dict[str, Any]:
     """One method on one instance: the returned text, its judgement and costs."""
     from collie_judge import judge
-    from collie_translate import translate
 
     from llamppl import run
+    from llamppl.constraints import collie_constraint, token_budget
     from llamppl.inference import importance_sampling, smc_standard
     from llamppl.models import HardConstraint
 
     prompt = list(lm.apply_chat_template([{"role": "user", "content": inst["prompt"]}]))
-    constraint = translate(inst)
+    # plain characters (the library's default) for LCD and SMC unless turned off
+    constraint = collie_constraint(inst, plain=plain and method != "plain")
     max_tokens = token_budget(lm, constraint)
-    if plain and method != "plain":  # the program's own style constraint, beside COLLIE's
-        constraint = constraint & plain_characters(inst, constraint)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if method == "plain":
         model = HardConstraint(
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="LCD and SMC also constrain the text to plain characters and the targets' own "
-        "(PlainCharacters; default on, --no-plain-characters turns it off)",
+        "(the library's default, PlainCharacters; --no-plain-characters turns it off)",
     )
     parser.add_argument(
         "--report", default=None, help="print the report of a saved records file, run nothing"

@@ -23,12 +23,35 @@ any of them, exactly, with SMC. Compose them with ``&``::
   (:func:`first_word_of_sentences`, :func:`last_word_of_sentences`,
   :func:`last_sentence_of_paragraphs`).
 
+- **Plain characters** — every text-structure builder keeps the text to plain characters by
+  default (``plain=True``): :class:`PlainCharacters` (ASCII letters, spaces,
+  ``. , ; : ! ? '`` with plain spacing, newlines only where paragraphs are asked for, the
+  targets' own characters), one part per conjunction, derived from all its text constraints
+  (:func:`plain_characters` shows it). It is part of the target: ``HardConstraint`` samples
+  the LM conditioned on the structure *and* plain characters, exactly. ``plain=False`` on
+  every builder of a conjunction gives the judge's constraint alone.
+- **Composing text constraints** — ``&`` adds what the parts imply together (a count next
+  to a position from the end, the last word of the sentences, required words:
+  :mod:`llamppl.decoding.text.joint`), so ``word_count(exactly=8) &
+  last_word_of_sentences(["ocean"])`` refuses ``"... with the"`` at once; the target is
+  unchanged.
+- **COLLIE** — :func:`collie_constraint` / :func:`from_collie` (a COLLIE constraint tree
+  and its targets as these constraints) and :func:`token_budget` (``max_tokens`` from a
+  constraint's counts and targets).
+- **JSON** — :class:`JSONBudget`, the size budget of a JSON Schema grammar (``budget=`` of
+  ``Grammar.from_json_schema``, ``GrammarConstraint`` and ``generate_json``).
+- **Chemistry** (the ``chem`` extra: ``pip install 'llamppl[chem]'``) — :func:`smiles`: the
+  text is a SMILES string (a partial-SMILES prefix check closed under prefixes, and
+  partialsmiles' full parse as the complete check), and :func:`open_closures`, the ring bonds and branches a prefix leaves
+  open (a guide, not a bound).
+
 The modules behind these names live in :mod:`llamppl.decoding` (by concern:
 ``constraints``, ``text``, ``grammar``); this module only gathers them.
 """
 
 from __future__ import annotations
 
+from llamppl.decoding.chemistry import Smiles, open_closures, smiles
 from llamppl.decoding.constraints import (
     AllOf,
     CheckTimeout,
@@ -39,22 +62,28 @@ from llamppl.decoding.constraints import (
     time_bound,
 )
 from llamppl.decoding.grammar import CompileTimeout, Grammar
+from llamppl.decoding.grammar.json_budget import JSONBudget
 from llamppl.decoding.text import (
     Bounds,
+    PlainCharacters,
     banned_words,
     char_count,
     chars_at,
     chars_per_word,
+    collie_constraint,
     contains_words,
     excludes_words,
     first_word_of_sentences,
+    from_collie,
     last_sentence_of_paragraphs,
     last_word_of_sentences,
     max_word_length,
     paragraph_count,
+    plain_characters,
     regex_prefix,
     sentence_count,
     sentences_per_paragraph,
+    token_budget,
     word_count,
     words_at,
     words_per_sentence,
@@ -76,6 +105,11 @@ __all__ = [
     # grammars
     "CompileTimeout",
     "Grammar",
+    "JSONBudget",
+    # chemistry
+    "Smiles",
+    "open_closures",
+    "smiles",
     # text structure
     "Bounds",
     "char_count",
@@ -92,4 +126,11 @@ __all__ = [
     "word_count",
     "words_at",
     "words_per_sentence",
+    # plain characters
+    "PlainCharacters",
+    "plain_characters",
+    # COLLIE
+    "collie_constraint",
+    "from_collie",
+    "token_budget",
 ]

@@ -68,7 +68,6 @@ from typing import Any
 import torch
 
 from llamppl.decoding.constraints.time_bound import DEFAULT_CHECK_TIMEOUT
-from llamppl.decoding.grammar.compile import MAX_ARRAY_ITEMS, MAX_DECIMALS, MAX_STRING_LENGTH
 from llamppl.decoding.grammar.engine import Grammar, MatcherState, allowed_masks, make_grammar
 from llamppl.decoding.grammar.json_budget import JSONBudget
 from llamppl.decoding.proposals.constrained_tokens import MaskedNextToken
@@ -128,12 +127,12 @@ class GrammarConstraint(HardConstraint):
     max_tokens : int | None
         Token budget, EOS included; a particle without EOS by then gets weight zero
         (``truncated="drop"``, the default; see :class:`~llamppl.models.HardConstraint`).
-    whitespace, max_string_length, max_array_items, closed_objects, max_decimals
-        For ``json_schema``: the JSON budget (:class:`~llamppl.decoding.grammar.json_budget.JSONBudget`:
-        compact whitespace, 32 characters per free string, 4 items per free array,
-        closed objects, 6 decimals per free number; part of the target).
     budget : JSONBudget | None
-        For ``json_schema``: the five settings above as one value; give it or the keywords.
+        For ``json_schema``: the JSON budget, one value
+        (:class:`~llamppl.decoding.grammar.json_budget.JSONBudget`: whitespace, characters per
+        free string, items per free array, closed objects, decimals per free number; part of
+        the target). ``None``: compact whitespace, 32 characters per free string, 4 items per
+        free array, closed objects, 6 decimals per free number.
     fast_forward : bool
         Take a token the grammar allows alone without a forward pass of its own
         (default True; see "Forced tokens" below). Same target, same weights.
@@ -185,11 +184,6 @@ class GrammarConstraint(HardConstraint):
         predicate: Any = None,
         proposal: str = "auto",
         max_tokens: int | None = 64,
-        whitespace: str = "compact",
-        max_string_length: int | None = MAX_STRING_LENGTH,
-        max_array_items: int | None = MAX_ARRAY_ITEMS,
-        closed_objects: bool = True,
-        max_decimals: int | None = MAX_DECIMALS,
         budget: JSONBudget | None = None,
         fast_forward: bool = True,
         stop: str = "eos",
@@ -201,11 +195,6 @@ class GrammarConstraint(HardConstraint):
             json_schema=json_schema,
             regex=regex,
             lark=lark,
-            whitespace=whitespace,
-            max_string_length=max_string_length,
-            max_array_items=max_array_items,
-            closed_objects=closed_objects,
-            max_decimals=max_decimals,
             budget=budget,
         )
         constraint = self.grammar

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from llamppl.decoding.grammar.json_budget import JSONBudget, json_budget
+from llamppl.decoding.grammar.json_budget import JSONBudget, as_budget
 from llamppl.decoding.grammar.json_check import normalize_schema
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng
@@ -34,14 +34,6 @@ from llamppl.runner import run
 from llamppl.validation import check_positive_int
 
 from .grammar import GrammarConstraint
-
-BUDGET_KEYWORDS = (
-    "whitespace",
-    "max_string_length",
-    "max_array_items",
-    "closed_objects",
-    "max_decimals",
-)
 
 __all__ = ["generate_json", "StructuredResult", "schema_prompt", "SCHEMA_INSTRUCTION"]
 
@@ -159,9 +151,7 @@ def generate_json(
         The sub-language of JSON the schema is compiled to, as one value
         (:class:`~llamppl.decoding.grammar.json_budget.JSONBudget`: whitespace, characters per
         free string, items per free array, closed objects, decimals per free number; its
-        defaults are part of the target, see the docs). Or give those five settings as
-        keywords (``whitespace=``, ``max_string_length=``, ``max_array_items=``,
-        ``closed_objects=``, ``max_decimals=``), not both.
+        defaults, ``None``, are part of the target, see the docs).
     fast_forward : bool
         Take the tokens the grammar allows alone without a forward pass of their own
         (default True; same target and weights, :class:`GrammarConstraint`).
@@ -182,9 +172,8 @@ def generate_json(
     resampling
         The resampling scheme (:mod:`llamppl.inference.resampling`).
     **options
-        The JSON budget keywords above, and the run options
-        (:mod:`llamppl.inference.options`): ``progress``, ``record`` (the run record on
-        ``.result.record``, for the viewer), ``max_steps``.
+        The run options (:mod:`llamppl.inference.options`): ``progress``, ``record`` (the
+        run record on ``.result.record``, for the viewer), ``max_steps``.
 
     Returns
     -------
@@ -196,7 +185,7 @@ def generate_json(
     n = check_positive_int("n_particles", n_particles)
     if not isinstance(chat, bool):
         raise TypeError(f"chat must be a bool, got {type(chat).__name__}")
-    budget = json_budget(budget, **{k: options.pop(k) for k in BUDGET_KEYWORDS if k in options})
+    budget = as_budget(budget)
     run_opts = options_from("generate_json", {"seed": seed, **options})
     if chat:
         prompt = schema_prompt(lm, prompt, schema)

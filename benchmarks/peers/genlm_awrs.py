@@ -1,18 +1,23 @@
 """genlm-control 0.4.1 AWRS-SMC on the molecule and pattern tasks (the peer rows of issue #30).
 
-genlm-control is NOT a llamppl dependency and this script does not import llamppl: run it
-with the Python of ``.venv-genlm`` (``bash scripts/setup-genlm.sh``), which also has
-``partialsmiles``, ``rdkit`` and ``regex``. It loads the SmolLM2-135M-Instruct copy that our
-``CachedCausalLM.default()`` converts into ``~/.cache/llamppl`` (by local path, offline)::
+genlm-control is NOT a llamppl dependency: run this script with the Python of ``.venv-genlm``
+(``bash scripts/setup-genlm.sh``), which also has ``partialsmiles``, ``rdkit`` and ``regex``.
+The tasks' checks are llamppl's constraints (``smiles``, ``regex_prefix``: the same checks
+on both sides), so the script imports llamppl from this checkout when that venv has no
+llamppl of its own (the repository root is appended to ``sys.path``; llamppl needs only
+torch, transformers, numpy, tqdm and regex at import). It loads the SmolLM2-135M-Instruct
+copy that our ``CachedCausalLM.default()`` converts into ``~/.cache/llamppl`` (by local
+path, offline)::
 
     .venv-genlm/bin/python benchmarks/peers/genlm_awrs.py --task molecules --instances 4 \\
         --replicates 3 --seed 1234 --cpu-timeout 400 --out benchmarks/results/genlm_awrs_molecules.jsonl
-    python benchmarks/awrs_tasks.py report benchmarks/results/genlm_awrs_molecules.jsonl
+    python benchmarks/awrs_report.py benchmarks/results/genlm_awrs_molecules.jsonl
 
 What runs, for each (replicate, instance), replicate-major:
 
-- the task's prompt, instances, constraint, stopping rule and metric from
-  ``benchmarks/awrs_tasks.py`` (the same module our benchmarks use);
+- the task's prompt, instances, constraint and stopping rule from ``benchmarks/awrs_tasks.py``,
+  the metric from ``awrs_metrics.py`` and the records of ``awrs_records.py`` (the modules our
+  benchmarks use);
 - ``PromptedLLM`` over genlm-backend's ``hf`` backend (``AsyncTransformer``) on CPU with one
   torch thread; its EOS set is every token that ends the text under ``awrs_tasks.STOP``
   (the tokenizer's EOS and every token containing a newline);
@@ -20,7 +25,7 @@ What runs, for each (replicate, instance), replicate-major:
   ``instance.prefix_ok`` / ``instance.complete_ok`` on the UTF-8 text, a trailing incomplete
   UTF-8 character being left for the next token) coerced to the LM's byte tokens with
   ``f=b"".join``; every call is counted, and a check past its time bound
-  (``awrs_tasks.CHECK_TIMEOUT``) counts as a rejection;
+  (``awrs_tasks.CHECK_TIMEOUT``, llamppl's time bound) counts as a rejection;
 - ``AWRS(llm, condition, seed=...)`` and ``sampler.smc(n_particles, ess_threshold=0.5,
   max_tokens=100)``: genlm-control's AWRS token sampler inside its SMC. At the 100-token
   boundary genlm-control appends EOS with the weight correction of its length-conditioned
@@ -40,7 +45,7 @@ the backend's documented way to cache a prompt; ``--no-cache-prompt`` leaves it 
 name ``genlm-control AWRS-SMC (prompt rerun)``). Generated tokens are still rerun at each
 step, as the backend does.
 
-Records are appended to ``--out`` in the shared JSON-lines format (``awrs_tasks.RunRecord``)
+Records are appended to ``--out`` in the shared JSON-lines format (``awrs_records.RunRecord``)
 as they finish; a rerun skips (method, instance, replicate, N) already in the file, and
 ``--start-replicate`` lets two processes split the replicates between two files.
 """
@@ -48,6 +53,7 @@ as they finish; a rerun skips (method, instance, replicate, N) already in the fi
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -59,8 +65,15 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: awrs_tasks
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # awrs_tasks, awrs_metrics, awrs_records
+if importlib.util.find_spec("llamppl") is None:  # .venv-genlm: llamppl from this checkout
+    sys.path.append(str(ROOT))
+import awrs_metrics as M  # noqa: E402
+import awrs_records as R  # noqa: E402
 import awrs_tasks as T  # noqa: E402
+
+from llamppl.constraints import CheckTimeout  # noqa: E402
 
 MODEL_DIR = Path(
     os.environ.get(
@@ -102,7 +115,7 @@ def make_condition(instance: T.Instance, counts: dict):
                 return float("-inf")
             try:
                 ok = instance.complete_ok(text) if complete else instance.prefix_ok(text)
-            except T.CheckTimeout:
+            except CheckTimeout:
                 counts["check_timeouts"] += 1
                 ok = False
             return 0.0 if ok else float("-inf")
@@ -353,7 +366,7 @@ def main() -> None:
     done = set()
     if args.out.exists():
         done = {
-            (r.method, r.instance, r.replicate, r.n_particles) for r in T.read_records(args.out)
+            (r.method, r.instance, r.replicate, r.n_particles) for r in R.read_records(args.out)
         }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for replicate in range(args.start_replicate, args.replicates):
@@ -361,7 +374,7 @@ def main() -> None:
             if (method, instance.id, replicate, args.particles) in done:
                 continue
             result = run_child(index, replicate, args)
-            record = T.RunRecord(
+            record = R.RunRecord(
                 method=method,
                 task=args.task,
                 instance=instance.id,
@@ -369,13 +382,13 @@ def main() -> None:
                 n_particles=args.particles,
                 **result,
             )
-            record.score, record.valid = T.posterior_score(record.particles, instance.score)
+            record.score, record.valid = M.posterior_score(record.particles, instance.score)
             record.extra.update(
                 ess_threshold=ESS_THRESHOLD, max_tokens=T.STOP.max_tokens, draw_seed=args.seed
             )
             if args.task == "patterns":
                 record.extra["pattern"] = instance.pattern
-            T.append_record(args.out, record)
+            R.append_record(args.out, record)
             best = max(record.particles, key=lambda p: p.weight, default=None)
             print(
                 f"{args.task} instance {instance.id} replicate {replicate}: "

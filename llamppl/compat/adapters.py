@@ -6,12 +6,18 @@ with our public API only; :mod:`llamppl.compat` sets it where the row says::
     ctx = await LMContext.create(lm, "The Fed says")   # LLaMPPL's async constructor
     ctx.model_mask = {0, 1, 2}                         # LLaMPPL's pending-mask attribute
     np.asarray(ctx.next_token_logprobs)                # LLaMPPL's array form (ours is awaited)
+
+Earlier spellings of ours live here too: the five JSON-budget keywords that every function
+compiling a JSON Schema took before ``budget=`` was the one way in (:func:`budget_keywords`)::
+
+    generate_json(lm, prompt, schema, max_string_length=64)   # = budget=JSONBudget(max_string_length=64)
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -35,6 +41,9 @@ __all__ = [
     "clear_kv_cache",
     "BackendName",
     "backend",
+    "BUDGET_KEYWORDS",
+    "json_budget",
+    "budget_keywords",
 ]
 
 #: ``llamppl.llms.MLX_AVAILABLE``: there is no MLX backend, so peer code takes its other path.
@@ -195,3 +204,60 @@ class BackendName:
 
 
 backend = BackendName()
+
+
+# ---------------------------------------------------------------------- the JSON budget's keywords
+#: The fields of ``JSONBudget`` that functions compiling a JSON Schema took as keywords.
+BUDGET_KEYWORDS = (
+    "whitespace",
+    "max_string_length",
+    "max_array_items",
+    "closed_objects",
+    "max_decimals",
+)
+
+
+def json_budget(budget: Any = None, **keywords: Any) -> Any:
+    """The budget asked for by ``budget=`` or by the separate keywords (not both).
+
+    Earlier public helper of ours, kept for old code: ``json_budget(None, **keywords)`` is
+    ``JSONBudget(**keywords)``; a keyword left at its default counts as not given, so
+    ``budget`` and a keyword that differs from its default together are a ``ValueError``;
+    a ``budget`` that is not a ``JSONBudget`` is a ``TypeError``.
+    """
+    from llamppl.decoding.grammar.json_budget import DEFAULT_BUDGET, JSONBudget, as_budget
+
+    unknown = sorted(set(keywords) - set(BUDGET_KEYWORDS))
+    if unknown:
+        raise TypeError(f"json_budget() got unexpected keyword arguments {unknown}")
+    if budget is None:
+        return JSONBudget(**keywords)
+    budget = as_budget(budget)
+    changed = sorted(k for k, v in keywords.items() if v != getattr(DEFAULT_BUDGET, k))
+    if changed:
+        raise ValueError(
+            f"give budget= or the keywords {changed}, not both "
+            "(set them on the JSONBudget: dataclasses.replace(budget, ...))"
+        )
+    return budget
+
+
+@second_form
+def budget_keywords(ours: Any) -> Any:
+    """Our function (or ``__init__``, or classmethod) taking ``budget=``, accepting the five
+    budget keywords of earlier versions as well: they become ``budget=``
+    (:func:`json_budget`'s rules); every other argument passes through unchanged."""
+    if isinstance(ours, classmethod):
+        return classmethod(_with_budget_keywords(ours.__func__))
+    return _with_budget_keywords(ours)
+
+
+def _with_budget_keywords(ours: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(ours)
+    def with_budget_keywords(*args: Any, **kwargs: Any) -> Any:
+        old = {k: kwargs.pop(k) for k in BUDGET_KEYWORDS if k in kwargs}
+        if old:
+            kwargs["budget"] = json_budget(kwargs.get("budget"), **old)
+        return ours(*args, **kwargs)
+
+    return with_budget_keywords

@@ -1,28 +1,32 @@
-"""The shared AWRS task definitions (``benchmarks/awrs_tasks.py``): the parts that need no LM."""
+"""The molecule and pattern benchmark modules: the parts that need no LM.
+
+``benchmarks/awrs_tasks.py`` (instances, prompts, stop rule, the checks as library
+constraints), ``awrs_metrics.py`` (metric, posterior score, bootstrap), ``awrs_records.py``
+(records, table), ``awrs_report.py`` (command line) and the counted constraints of
+``awrs_runs.py``. The constraints themselves are tested with the library
+(``tests/decoding/test_smiles.py``, ``tests/models/test_smiles_exactness.py``).
+"""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
 
+import awrs_metrics as M  # noqa: E402
+import awrs_records as R  # noqa: E402
+import awrs_report  # noqa: E402
+import awrs_tasks as T  # noqa: E402
 
-def _load():
-    spec = importlib.util.spec_from_file_location("awrs_tasks", BENCHMARKS / "awrs_tasks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["awrs_tasks"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+from llamppl.constraints import CheckTimeout, regex_prefix  # noqa: E402
+from llamppl.decoding.chemistry import Smiles, smiles  # noqa: E402
 
-
-T = _load()
 needs_data = pytest.mark.skipif(
     not T.MOLECULES_FILE.is_file() or not T.PATTERNS_FILE.is_file(),
     reason=f"shared data not found under {T.DATA}",
@@ -111,42 +115,24 @@ def test_stop_rule_is_eos_or_a_newline_token_within_100_tokens():
         T.StopRule(max_tokens=0)
 
 
-# ----------------------------------------------------------------------------- predicates
+# ----------------------------------------------------------------------------- checks
 
 
 @pytest.mark.parametrize(
     "prefix",
-    ["", "C", "CC(", "C1=CC", "c1cc", "CC(=O)O", "N#C", "[NH4+", "C1CC1", "Oc1ccccc1"],
+    ["", "C", "CC(", "C1=CC", "c1cc", "CC(=O)O", "N#C", "[NH4+", "C1CC1", "Oc1ccccc1", "C)", "CX"],
 )
-def test_smiles_prefix_check_agrees_with_partialsmiles(prefix):
-    ps = pytest.importorskip("partialsmiles")
-    try:
-        ps.ParseSmiles(prefix, partial=True)
-        expected = True
-    except Exception:  # noqa: BLE001
-        expected = False
-    assert T.smiles_prefix_ok(prefix) is expected
-    assert T.smiles_prefix_ok(" " + prefix) is expected  # the space after "Molecule:"
-
-
-def test_smiles_open_count_counts_open_rings_and_branches():
-    assert T.smiles_open_count("") == 0 and T.smiles_open_count(" CC(=O)O") == 0
-    assert T.smiles_open_count(" BrC1=C2C3CC(C") == 4  # rings 1, 2, 3 and one branch
-    assert T.smiles_open_count("C1CC1") == 0 and T.smiles_open_count("C1CC2CC1") == 1
-    assert T.smiles_open_count("C%12CC") == 1 and T.smiles_open_count("C%12CC%12") == 0
-    assert T.smiles_open_count("C[NH3+]") == 0  # digits inside brackets are not ring bonds
-    with pytest.raises(TypeError, match="text must be a str"):
-        T.smiles_open_count(None)
-
-
-def test_smiles_checks_accept_and_refuse_known_strings():
+def test_molecule_checks_are_the_librarys_smiles_constraint(prefix):
     pytest.importorskip("partialsmiles")
-    assert T.smiles_prefix_ok(" CC(") and not T.smiles_complete_ok(" CC(")
-    assert T.smiles_complete_ok(" CC(=O)O") and T.smiles_complete_ok("c1ccccc1")
-    assert not T.smiles_prefix_ok("C)") and not T.smiles_prefix_ok("CX")
-    assert not T.smiles_prefix_ok("hello") and not T.smiles_complete_ok("C1CC")
-    with pytest.raises(TypeError, match="str"):
-        T.smiles_prefix_ok(b"CC")
+    inst = T.MoleculeInstance("molecules", 0, ("C",))
+    assert isinstance(inst.constraint, Smiles) and inst.constraint.leading_space
+    assert inst.constraint is inst.constraint  # built once: its verdicts are remembered
+    library = smiles(leading_space=True)
+    for text in (prefix, " " + prefix):  # the space after "Molecule:"
+        assert inst.prefix_ok(text) is library(text)
+        assert inst.complete_ok(text) is library.accepts_end(text)
+    assert inst.prefix_ok(" CC(") and not inst.complete_ok(" CC(")
+    assert inst.complete_ok(" CC(=O)O") and not inst.prefix_ok("C)")
 
 
 @pytest.mark.parametrize(
@@ -161,43 +147,47 @@ def test_smiles_checks_accept_and_refuse_known_strings():
         (r"(?>one|two|three)", "", True, False),
     ],
 )
-def test_pattern_checks_agree_with_regex(pattern, text, prefix, complete):
+def test_pattern_checks_are_regex_prefix_a_partial_full_match(pattern, text, prefix, complete):
     import regex
 
     assert (regex.fullmatch(pattern, text, partial=True) is not None) is prefix
     assert (regex.fullmatch(pattern, text) is not None) is complete
-    assert T.pattern_prefix_ok(pattern, text) is prefix
-    assert T.pattern_complete_ok(pattern, text) is complete
-    assert T.PatternInstance("patterns", 0, pattern).prefix_ok(text) is prefix
+    inst = T.PatternInstance("patterns", 0, pattern)
+    assert repr(inst.constraint) == repr(regex_prefix(pattern))
+    assert inst.prefix_ok(text) is prefix and inst.complete_ok(text) is complete
 
 
-def test_a_backtracking_regex_check_raises_check_timeout():
+def test_checks_run_under_the_librarys_time_bound():
     evil = r"^(a|aa)+$"  # exponential backtracking in the regex package
     text = "a" * 40 + "b"
-    with pytest.raises(T.CheckTimeout):
-        T.pattern_complete_ok(evil, text, timeout=0.05)
-    assert T.pattern_score(evil, text, timeout=0.05) == T.Score(False, 0.0)
+    inst = T.PatternInstance("patterns", 0, evil)
+    with pytest.raises(CheckTimeout):
+        inst.complete_ok(text, timeout=0.05)
+    assert issubclass(CheckTimeout, BaseException) and not issubclass(CheckTimeout, Exception)
+    assert M.pattern_score(evil, text, timeout=0.05) == M.Score(False, 0.0)
     with pytest.raises(ValueError, match="timeout"):
-        T.pattern_prefix_ok("a", "a", timeout=0)
+        inst.prefix_ok("a", timeout=0)
+    for module in ("awrs_tasks", "awrs_metrics", "awrs_records", "awrs_runs"):
+        source = (BENCHMARKS / f"{module}.py").read_text()
+        assert "class CheckTimeout" not in source and "setitimer" not in source, module
 
 
-def test_time_bound_interrupts_slow_python_code():
-    def spin():
-        while True:
-            pass
+def test_counted_constraints_of_the_runs_are_the_library_checks_counted():
+    pytest.importorskip("partialsmiles")
+    import awrs_runs
 
-    start = time.process_time()
-    with pytest.raises(T.CheckTimeout), T.time_bound(0.05):
-        spin()
-    assert time.process_time() - start < 1.0  # CPU seconds
-    with T.time_bound(0.2):  # a fast block passes, and the timer is cleared afterwards
-        x = sum(range(100))
-    assert x == 4950
-    end = time.process_time() + 0.4
-    while time.process_time() < end:  # no stray signal fires past the bound
-        pass
-    with pytest.raises(ValueError, match="timeout"), T.time_bound(-1.0):
-        pass
+    closed, plain, need = (
+        awrs_runs.CountedSmiles(),
+        awrs_runs.CountedPlainSmiles(),
+        awrs_runs.CountedSmilesWithNeed(),
+    )
+    assert closed.prefix_closed and not plain.prefix_closed
+    assert closed(" CC(") and not closed(" CC(X") and closed.accepts_end(" CCO")
+    assert closed.calls == 3 and closed.parses >= 3
+    assert need.need(None, " BrC1=C2C3CC(C") == 4
+    regex_c, regex_plain = awrs_runs.CountedRegex("ab+"), awrs_runs.CountedPlainRegex("ab+")
+    assert regex_c.prefix_closed and not regex_plain.prefix_closed
+    assert regex_c("ab") and not regex_c.accepts_end("a") and regex_c.calls == 2
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -209,50 +199,50 @@ def test_molecule_metric_on_known_molecules():
     from rdkit.Chem import QED
 
     aspirin = "CC(=O)Oc1ccccc1C(=O)O"
-    valid, qed = T.molecule_score(" " + aspirin + " ")
+    valid, qed = M.molecule_score(" " + aspirin + " ")
     assert valid and qed == pytest.approx(QED.qed(Chem.MolFromSmiles(aspirin)))
     assert 0.5 < qed < 0.6  # aspirin's QED is 0.55
-    assert T.molecule_score("c1cccc1") == T.Score(False, 0.0)  # parses only without kekulizing
-    assert T.molecule_score("C1CC") == T.Score(False, 0.0)  # open ring
-    assert T.molecule_score("") == T.Score(False, 0.0)
+    assert M.molecule_score("c1cccc1") == M.Score(False, 0.0)  # parses only without kekulizing
+    assert M.molecule_score("C1CC") == M.Score(False, 0.0)  # open ring
+    assert M.molecule_score("") == M.Score(False, 0.0)
     assert T.MoleculeInstance("molecules", 0, ("C",)).score("CCO").valid
 
 
 def test_pattern_metric_is_fullmatch():
-    assert T.pattern_score(r"\d+", "123") == T.Score(True, 1.0)
-    assert T.pattern_score(r"\d+", "123a") == T.Score(False, 0.0)
-    assert T.pattern_score(r"\d+", "12") == T.Score(True, 1.0)
+    assert M.pattern_score(r"\d+", "123") == M.Score(True, 1.0)
+    assert M.pattern_score(r"\d+", "123a") == M.Score(False, 0.0)
+    assert M.pattern_score(r"\d+", "12") == M.Score(True, 1.0)
 
 
 def test_posterior_score_weights_finished_particles_only():
     def score(text):
-        return T.Score(text == "good", 1.0 if text == "good" else 0.0)
+        return M.Score(text == "good", 1.0 if text == "good" else 0.0)
 
     particles = [
-        T.Particle("good", 0.5, True),
-        T.Particle("bad", 0.25, True),
-        T.Particle("good", 0.25, False),  # cut at the token limit: left out
+        M.Particle("good", 0.5, True),
+        M.Particle("bad", 0.25, True),
+        M.Particle("good", 0.25, False),  # cut at the token limit: left out
     ]
-    s, v = T.posterior_score(particles, score)
+    s, v = M.posterior_score(particles, score)
     assert s == pytest.approx(0.5 / 0.75) and v == pytest.approx(0.5 / 0.75)
-    assert T.posterior_score(particles, score, finished_only=False)[0] == pytest.approx(0.75)
-    assert T.posterior_score([T.Particle("good", 1.0, False)], score) == (0.0, 0.0)
-    assert T.posterior_score([], score) == (0.0, 0.0)
+    assert M.posterior_score(particles, score, finished_only=False)[0] == pytest.approx(0.75)
+    assert M.posterior_score([M.Particle("good", 1.0, False)], score) == (0.0, 0.0)
+    assert M.posterior_score([], score) == (0.0, 0.0)
 
 
 def test_bootstrap_interval_contains_the_mean_and_is_seeded():
     values = [0.1, 0.5, 0.4, 0.9, 0.3, 0.2, 0.7]
-    mean, low, high = T.bootstrap_ci(values, seed=3)
+    mean, low, high = M.bootstrap_ci(values, seed=3)
     assert mean == pytest.approx(sum(values) / len(values))
     assert low < mean < high and min(values) <= low and high <= max(values)
-    assert T.bootstrap_ci(values, seed=3) == (mean, low, high)
-    assert T.bootstrap_ci([0.5, 0.5]) == (0.5, 0.5, 0.5)
-    wide = T.bootstrap_ci(values, level=0.99, seed=3)
+    assert M.bootstrap_ci(values, seed=3) == (mean, low, high)
+    assert M.bootstrap_ci([0.5, 0.5]) == (0.5, 0.5, 0.5)
+    wide = M.bootstrap_ci(values, level=0.99, seed=3)
     assert wide[1] <= low and wide[2] >= high
     with pytest.raises(ValueError, match="non-empty"):
-        T.bootstrap_ci([])
+        M.bootstrap_ci([])
     with pytest.raises(ValueError, match="level"):
-        T.bootstrap_ci(values, level=1.0)
+        M.bootstrap_ci(values, level=1.0)
 
 
 # ----------------------------------------------------------------------------- records, report
@@ -265,7 +255,7 @@ def _record(**kw):
         instance=3,
         replicate=1,
         n_particles=2,
-        particles=[T.Particle(" CCO", 0.75, True), T.Particle(" CC(C", 0.25, False)],
+        particles=[M.Particle(" CCO", 0.75, True), M.Particle(" CC(C", 0.25, False)],
         score=0.4,
         valid=1.0,
         predicate_calls=40,
@@ -275,19 +265,19 @@ def _record(**kw):
         extra={"seed": 1234, "log_ml": -3.5},
     )
     base.update(kw)
-    return T.RunRecord(**base)
+    return R.RunRecord(**base)
 
 
 def test_record_round_trips_through_a_jsonl_file(tmp_path):
     path = tmp_path / "runs.jsonl"
     first = _record()
     second = _record(replicate=2, particles=[], error="timeout: no result within 5 s", score=0.0)
-    T.append_record(path, first)
-    T.append_record(path, second)
+    R.append_record(path, first)
+    R.append_record(path, second)
     assert path.read_text().count("\n") == 2
-    back = T.read_records(path)
+    back = R.read_records(path)
     assert back == [first, second]
-    assert back[0].particles[1] == T.Particle(" CC(C", 0.25, False)
+    assert back[0].particles[1] == M.Particle(" CC(C", 0.25, False)
     with pytest.raises(ValueError, match="task"):
         _record(task="proteins")
     with pytest.raises(ValueError, match="predicate_calls"):
@@ -297,29 +287,37 @@ def test_record_round_trips_through_a_jsonl_file(tmp_path):
 def test_report_has_one_row_per_method_with_its_figures(tmp_path, capsys):
     path = tmp_path / "runs.jsonl"
     for rep, (score, calls, cpu) in enumerate([(0.4, 40, 10.0), (0.6, 20, 30.0), (0.5, 60, 20.0)]):
-        T.append_record(
+        R.append_record(
             path, _record(replicate=rep, score=score, predicate_calls=calls, cpu_seconds=cpu)
         )
-    T.append_record(path, _record(method="ours", score=0.0, valid=0.0, error="timeout"))
-    rows = {r["method"]: r for r in T.summarize(T.read_records(path))}
+    R.append_record(path, _record(method="ours", score=0.0, valid=0.0, error="timeout"))
+    rows = {r["method"]: r for r in R.summarize(R.read_records(path))}
     peer = rows["genlm-control AWRS-SMC"]
     assert peer["records"] == 3 and peer["score"] == pytest.approx(0.5)
     assert peer["score_low"] <= 0.5 <= peer["score_high"]
     assert peer["cpu_s"] == 20.0 and peer["calls_per_token"] == 2.0 and peer["errors"] == 0
     assert rows["ours"]["errors"] == 1 and rows["ours"]["timeouts"] == 1
     assert rows["ours"]["valid"] == 0.0 and peer["timeouts"] == 0
-    T.main(["report", str(path)])
+    awrs_report.main([str(path)])
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].split()[:2] == ["task", "method"]
     assert any(line.startswith("molecules  genlm-control AWRS-SMC") for line in out)
     assert out[-1].startswith('{"awrs_report": [')
     assert math.isfinite(rows["ours"]["cpu_s"])
+    with pytest.raises(SystemExit):
+        awrs_report.main([str(tmp_path / "missing.jsonl")])
+    assert "no such file" in capsys.readouterr().err
 
 
-@needs_data  # the example draws a prompt from the shared file
-def test_module_docstring_example_runs():
+@needs_data  # the examples draw instances from the shared files
+def test_module_docstring_examples_run():
     pytest.importorskip("rdkit")
+    pytest.importorskip("partialsmiles")
     import doctest
 
-    result = doctest.testmod(T, optionflags=doctest.ELLIPSIS)
-    assert result.attempted >= 5 and result.failed == 0
+    attempted = 0
+    for module in (T, M):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0, module.__name__
+        attempted += result.attempted
+    assert attempted >= 6

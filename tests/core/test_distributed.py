@@ -115,6 +115,21 @@ def test_function_lm_jobs_equal_serial_and_failures_stay_per_job(ray_cluster, ca
     assert sum(not r.ok for r in got) == 3
 
 
+def test_each_worker_runs_its_jobs_several_at_once(ray_cluster):
+    """With ``concurrency=3`` a worker runs batches of 3 jobs on one event loop (their
+    particles share forwards); the results equal serial runs, failures stay per job."""
+    jobs = jobs_grid(AtMostOneB, ["a", "x", "ab", "ba"], seeds=[0, 1], n_particles=6)
+    got = run_many(jobs, toy_lm, n_workers=2, concurrency=3)
+    want = serial(jobs, toy_lm())
+    assert [r.index for r in got] == list(range(len(jobs)))
+    for r, w, job in zip(got, want, jobs):
+        if job.args == ("x",):
+            assert not r.ok and "cannot be tokenised" in r.error
+            continue
+        assert r.ok, r.error
+        assert (r.particles, r.log_weights, r.log_ml) == (w.particles, w.log_weights, w.log_ml)
+
+
 def call_within(seconds: float, fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` in a daemon thread; fails the test (instead of hanging it) after ``seconds``."""
     box: dict = {}
@@ -183,7 +198,7 @@ def test_bad_input_and_missing_ray(monkeypatch):
         run_many([Job(AtMostOneB, ("a",), algorithm="smc_fast")], toy_lm)
     with pytest.raises(ValueError, match="n_workers must be a positive integer"):
         run_many([Job(AtMostOneB, ("a",))], toy_lm, n_workers=0)
-    with pytest.raises(TypeError, match="lm_factory must be callable"):
+    with pytest.raises(TypeError, match="lm must be a LanguageModel"):
         run_many([Job(AtMostOneB, ("a",))], "smollm")
     for bad, error in [("5", TypeError), (True, TypeError), (0, ValueError), (-1.0, ValueError),
                        (float("nan"), ValueError), (float("inf"), ValueError)]:  # fmt: skip

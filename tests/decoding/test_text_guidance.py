@@ -15,9 +15,7 @@ import pytest
 
 pytest.importorskip("nltk")
 
-from text_programs import LM, brute, load_benchmark  # noqa: E402
-
-load_benchmark("collie_judge")  # points NLTK_DATA at the shared Punkt data first
+from text_programs import LM, brute  # noqa: E402
 
 from llamppl import run, using_rng  # noqa: E402
 from llamppl.decoding.text.builders import (  # noqa: E402

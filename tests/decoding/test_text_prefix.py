@@ -10,29 +10,19 @@ gives the same answer as starting from scratch. Paragraphs likewise.
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
+import string
 
 import pytest
 
 pytest.importorskip("nltk")
 
-ROOT = Path(__file__).resolve().parents[2]
-if "collie_judge" not in sys.modules:  # points NLTK_DATA at the shared Punkt data first
-    _spec = importlib.util.spec_from_file_location(
-        "collie_judge", ROOT / "benchmarks" / "collie_judge.py"
-    )
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules["collie_judge"] = _module
-    _spec.loader.exec_module(_module)
-collie_judge = sys.modules["collie_judge"]
+from text_programs import COLLIE_DATA, collie_instances  # noqa: E402
 
 from llamppl.decoding.text import prefix as tp  # noqa: E402
 from llamppl.decoding.text import units as tu  # noqa: E402
 from llamppl.decoding.text.paragraphs import analyze_paragraphs  # noqa: E402
-from llamppl.decoding.text.prefix import analyze  # noqa: E402
+from llamppl.decoding.text.prefix import analyze, floor_words, word_floor  # noqa: E402
 
 PIECES = [
     "He", "ran", "far", "Mr.", "U.S.", "don't", "gonna", "cannot", "well-known", "x--y",
@@ -53,8 +43,8 @@ def _random_text(rng: random.Random, n: int) -> str:
 def _texts() -> list[str]:
     rng = random.Random(7)
     texts = [_random_text(rng, rng.randint(4, 14)) for _ in range(24)]
-    if collie_judge.DATA.is_file():
-        refs = sorted({i["example"] for i in collie_judge.load() if len(i["example"]) < 400})
+    if COLLIE_DATA.is_file():
+        refs = sorted({i["example"] for i in collie_instances() if len(i["example"]) < 400})
         texts += random.Random(3).sample(refs, 16)
     return texts
 
@@ -72,12 +62,66 @@ def _check_sentence_view(prefix: str, whole: str) -> None:
         assert list(a.open_nested) == nested[: len(a.open_nested)], prefix
 
 
+def _check_word_floor(prefix: str, whole: str) -> None:
+    """``whole`` (a continuation of ``prefix``) has at least ``word_floor(prefix)`` words, and
+    when it has exactly the certain sentences' words and ``floor_words``, each entry is one
+    of its words: a certain word or complete chunk as it compares, the last chunk a start
+    of it (or it with punctuation after)."""
+    a = analyze(prefix)
+    words = tu.words(whole)
+    assert len(words) >= word_floor(prefix, a), (prefix, whole)
+    entries = floor_words(prefix, a)
+    if len(words) != len(a.flat) + len(entries):
+        return
+    for (kind, unit), word in zip(entries, words[len(a.flat) :]):
+        got = tu.normalize(word)
+        if kind != "open":
+            assert tu.normalize(unit) == got, (prefix, whole, unit, word)
+        else:
+            core = unit.lower().lstrip(string.punctuation + " ")
+            assert got.startswith(core) or core.rstrip(string.punctuation + " ") == got, (
+                prefix,
+                whole,
+                unit,
+                word,
+            )
+
+
 @pytest.mark.parametrize("chunk", range(4))
 def test_everything_called_certain_holds_in_the_whole_text(chunk):
     texts = _texts()[chunk::4]
     for whole in texts:
         for i in range(len(whole) + 1):
             _check_sentence_view(whole[:i], whole)
+            _check_word_floor(whole[:i], whole)
+
+
+def test_the_word_floor_holds_when_only_punctuation_follows():
+    """The cases where the floor is all the words: a prefix followed by marks, quotes or
+    letters glued to its last chunk (no new chunk with a letter), on seeded texts."""
+    tails = [
+        "",
+        ".",
+        "...",
+        "!",
+        "?",
+        ",",
+        "'",
+        "'s",
+        "n't",
+        '"',
+        ")",
+        ". .",
+        "x",
+        "x.",
+        " ,",
+        " ...",
+    ]
+    rng = random.Random(17)
+    for whole in _texts()[::2]:
+        for i in sorted(rng.sample(range(len(whole) + 1), min(12, len(whole) + 1))):
+            for tail in rng.sample(tails, 5):
+                _check_word_floor(whole[:i], whole[:i] + tail)
 
 
 def test_a_parents_analysis_gives_the_same_answer():

@@ -14,36 +14,43 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("nltk")
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "collie_judge", ROOT / "benchmarks" / "collie_judge.py"
-)
-collie_judge = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("collie_judge", collie_judge)
-_spec.loader.exec_module(collie_judge)  # points NLTK_DATA at the shared Punkt data first
+from text_programs import COLLIE_DATA, collie_instances, rebuild  # noqa: E402
 
 from llamppl.decoding.text import finality as tf  # noqa: E402
 from llamppl.decoding.text import units as tu  # noqa: E402
 
-HAVE_DATA = collie_judge.DATA.is_file()
-needs_data = pytest.mark.skipif(not HAVE_DATA, reason=f"no COLLIE data at {collie_judge.DATA}")
+HAVE_DATA = COLLIE_DATA.is_file()
+needs_data = pytest.mark.skipif(not HAVE_DATA, reason=f"no COLLIE data at {COLLIE_DATA}")
+STRUCTURES = (
+    "c01",
+    "c02",
+    "c03",
+    "c04",
+    "c05",
+    "c06a",
+    "c07",
+    "c08",
+    "c09",
+    "c10",
+    "c11",
+    "c12",
+    "c14",
+)
 
 # ---------------------------------------------------------------------- helpers
 
 
 def _reference_texts() -> list[str]:
     seen: dict[str, None] = {}
-    for inst in collie_judge.load():
+    for inst in collie_instances():
         seen.setdefault(inst["example"], None)
     return list(seen)
 
@@ -165,8 +172,8 @@ def _ours(constraint, text: str):
 def test_every_instances_counts_and_positions_agree_with_the_judge():
     cc = _collie()
     per_structure: dict[str, int] = defaultdict(int)
-    for inst in collie_judge.load():
-        top = collie_judge.constraint_of(inst)
+    for inst in collie_instances():
+        top = rebuild(inst["constraint"])
         parts = top.callables if isinstance(top, cc.All) else (top,)
         for part in parts:
             assert _ours(part, inst["example"]) == part.extract(inst["example"]), (
@@ -175,7 +182,7 @@ def test_every_instances_counts_and_positions_agree_with_the_judge():
                 str(part),
             )
         per_structure[inst["structure"]] += 1
-    assert sorted(per_structure) == sorted(collie_judge.STRUCTURES)
+    assert sorted(per_structure) == sorted(STRUCTURES)
     assert sum(per_structure.values()) == 1048
 
 

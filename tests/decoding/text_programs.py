@@ -1,7 +1,12 @@
-"""Shared by the text-structure tests: the benchmark modules they read, and a small exact LM.
+"""Shared by the text-structure tests: the shared COLLIE data, NLTK's data, and a small exact LM.
 
-- :func:`load_benchmark` imports ``benchmarks/<name>.py`` (``collie_judge`` first points
-  NLTK at the shared Punkt data, so the judge's splitters run offline);
+- :func:`use_shared_nltk_data` points NLTK at the Punkt data shared beside the repository
+  (unless ``NLTK_DATA`` is set), so COLLIE's own classes (PyPI ``collie-bench``), which the
+  tests compare with, split text offline; :func:`collie_instances` reads the shared
+  COLLIE-v1 half (``COLLIE_DATA``) and :func:`rebuild` makes COLLIE's object of a tree. Each instance's ``reference_passes`` is the judge's
+  verdict on its ``example`` (``tests/benchmarks/test_bench_collie.py`` checks the judge
+  gives it on all of them), so the library is tested against it without loading the
+  benchmark's judge;
 - ``LM`` is a :class:`~llamppl.FunctionLM` over a few word pieces, small enough that
   :func:`brute` sums every token sequence: the exact posterior and Z a ``HardConstraint``
   on it must reproduce.
@@ -9,9 +14,11 @@
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import itertools
+import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -20,16 +27,58 @@ from llamppl import FunctionLM
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_benchmark(name: str):
-    """The module ``benchmarks/<name>.py``, imported once."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+def _shared(*parts: str) -> Path:
+    """``shared/<parts>`` in the nearest parent folder of the repository that has it."""
+    for up in ROOT.parents:
+        if (up / "shared" / Path(*parts)).exists():
+            return up / "shared" / Path(*parts)
+    return ROOT.parent / "shared" / Path(*parts)
 
+
+COLLIE_DATA = _shared("data", "collie", "collie_v1.json")
+NLTK_DATA = _shared("data", "collie", "nltk_data")
+
+
+def use_shared_nltk_data() -> None:
+    """Point NLTK at the shared Punkt data, unless the user set ``NLTK_DATA``."""
+    folder = os.environ.setdefault("NLTK_DATA", str(NLTK_DATA))
+    nltk = sys.modules.get("nltk")
+    if nltk is not None and folder not in nltk.data.path:
+        nltk.data.path.insert(0, folder)
+
+
+@functools.lru_cache(maxsize=1)
+def collie_instances() -> tuple[dict, ...]:
+    """The shared COLLIE-v1 instances, in file order."""
+    return tuple(json.loads(COLLIE_DATA.read_text(encoding="utf-8"))["instances"])
+
+
+def rebuild(tree):
+    """COLLIE's own constraint object (PyPI ``collie-bench``) of a JSON tree, as the data's
+    README says: ``All(*callables)``, ``Relation(operand)``, ``Reduction(reduction, value)``,
+    ``InputLevel(level)`` / ``TargetLevel(level)``, ``...`` for ``Ellipsis``, else
+    ``cls(**attributes)``, children first."""
+    import collie.constraints as cc
+
+    if isinstance(tree, list):
+        return [rebuild(node) for node in tree]
+    if not isinstance(tree, dict):
+        return tree
+    name = tree["class"]
+    if name == "Ellipsis":
+        return ...
+    attrs = {key: rebuild(value) for key, value in tree.items() if key != "class"}
+    cls = getattr(cc, name)
+    if name == "All":
+        return cls(*attrs["callables"])
+    if name in ("Relation", "InputLevel", "TargetLevel"):
+        return cls(*attrs.values())
+    if name == "Reduction":
+        return cls(attrs["reduction"], attrs["value"])
+    return cls(**attrs)
+
+
+use_shared_nltk_data()
 
 VOCAB = ["He", " ran", ".", " ra", "n", " b", "<eos>"]
 EOS = len(VOCAB) - 1
@@ -42,23 +91,26 @@ def _logits(ctx):
 
 LM = FunctionLM(VOCAB, EOS, _logits)
 
-_BRUTE: dict[tuple[str, int], tuple[dict[str, float], float]] = {}
+_BRUTE: dict[tuple[str, int, int], tuple[dict[str, float], float]] = {}
 
 
-def brute(constraint, max_tokens):
-    """{text: P} and Z: token sequences of at most ``max_tokens`` (end token included) that
-    end with EOS, or are cut at ``max_tokens``, and whose text passes the complete check."""
-    if (repr(constraint), max_tokens) in _BRUTE:  # shared by the proposals' cases
-        return _BRUTE[repr(constraint), max_tokens]
+def brute(constraint, max_tokens, lm=LM):
+    """{text: P} and Z: token sequences of ``lm`` of at most ``max_tokens`` (end token
+    included) that end with EOS, or are cut at ``max_tokens``, and whose text passes the
+    complete check."""
+    key = (repr(constraint), max_tokens, id(lm))
+    if key in _BRUTE:  # shared by the proposals' cases
+        return _BRUTE[key]
+    eos = lm.eos_token_id
     weights: dict[str, float] = {}
     for k in range(1, max_tokens + 1):
-        for seq in itertools.product(range(len(VOCAB)), repeat=k):
-            if EOS in seq[:-1] or (seq[-1] != EOS and k < max_tokens):
+        for seq in itertools.product(range(lm.vocab_size), repeat=k):
+            if eos in seq[:-1] or (seq[-1] != eos and k < max_tokens):
                 continue
-            text = "".join(VOCAB[t] for t in seq if t != EOS)
+            text = "".join(lm.vocab[t] for t in seq if t != eos)
             if constraint.accepts_end(text):
-                key = text  # posterior keys are the text, no end token
-                weights[key] = weights.get(key, 0.0) + math.exp(LM.sequence_logprob([0], seq))
+                # posterior keys are the text, no end token
+                weights[text] = weights.get(text, 0.0) + math.exp(lm.sequence_logprob([0], seq))
     z = sum(weights.values())
-    _BRUTE[repr(constraint), max_tokens] = ({key: w / z for key, w in weights.items()}, z)
-    return _BRUTE[repr(constraint), max_tokens]
+    _BRUTE[key] = ({text: w / z for text, w in weights.items()}, z)
+    return _BRUTE[key]

@@ -20,7 +20,12 @@ from llamppl.decoding.grammar import engine as grammar_engine  # noqa: E402
 from llamppl.decoding.grammar import json_budget as schema_budget  # noqa: E402
 from llamppl.decoding.grammar.compile import Grammar, cap_sizes, json_grammar  # noqa: E402
 from llamppl.decoding.grammar.engine import MatcherState, allowed_masks  # noqa: E402
-from llamppl.decoding.grammar.json_budget import FREE_VALUE, bound_free_values, close_objects  # noqa: E402
+from llamppl.decoding.grammar.json_budget import (  # noqa: E402
+    FREE_VALUE,
+    JSONBudget,
+    bound_free_values,
+    close_objects,
+)
 from llamppl.inference import enumerate_exact  # noqa: E402
 from llamppl.models import GrammarConstraint, generate_json  # noqa: E402
 from llamppl.models.structured import schema_prompt  # noqa: E402
@@ -93,13 +98,21 @@ def test_string_budget_is_part_of_the_target(limit):
 
     log_z, post = brute_force(STRING, member, max_tokens=5)
     model = GrammarConstraint(
-        wavy_lm(STRING), [], json_schema={"type": "string"}, max_tokens=5, max_string_length=limit
+        wavy_lm(STRING),
+        [],
+        json_schema={"type": "string"},
+        max_tokens=5,
+        budget=JSONBudget(max_string_length=limit),
     )
     exact = run(enumerate_exact(model))
     assert exact.log_ml == pytest.approx(log_z, abs=1e-9)
     assert set(exact.posterior) == set(post)
     unbounded = GrammarConstraint(
-        wavy_lm(STRING), [], json_schema={"type": "string"}, max_tokens=5, max_string_length=None
+        wavy_lm(STRING),
+        [],
+        json_schema={"type": "string"},
+        max_tokens=5,
+        budget=JSONBudget(max_string_length=None),
     )
     assert max(len(t) for t in run(enumerate_exact(unbounded)).posterior) > limit + 2
 
@@ -129,7 +142,8 @@ def test_compact_whitespace_is_the_default():
     lm = wavy_lm(BRACES)
     space = BRACES.index(" ")
     for whitespace, allowed in (("compact", False), ("flexible", True)):
-        model = GrammarConstraint(lm, [], json_schema={"type": "object"}, whitespace=whitespace)
+        budget = JSONBudget(whitespace=whitespace)
+        model = GrammarConstraint(lm, [], json_schema={"type": "object"}, budget=budget)
         model.matcher.consume(BRACES.index("{"))
         assert bool(allowed_masks(lm, [model.matcher])[0, space]) is allowed
     default = GrammarConstraint(lm, [], json_schema={"type": "object"}, max_tokens=4)
@@ -163,14 +177,18 @@ def test_clones_share_one_mask_row(monkeypatch):
 def test_json_grammars_are_cached_per_schema_and_options():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     assert json_grammar(schema) is json_grammar(json.loads(json.dumps(schema)))
-    assert json_grammar(schema) is not json_grammar(schema, whitespace="flexible")
+    assert json_grammar(schema) is not json_grammar(
+        schema, budget=JSONBudget(whitespace="flexible")
+    )
+    assert json_grammar(schema) is json_grammar(schema, budget=JSONBudget())  # None: the default
 
 
 def test_schema_too_large_for_the_engine_is_refused_at_runtime_or_relaxed_at_compile():
     schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(3000)}}
     lm = wavy_lm(["<s>", "{", '"', "p", "1", ":", "}", "<eos>"])
+    budget = JSONBudget(max_decimals=None)
     with pytest.raises(ValueError, match="exceeds the grammar engine's limits"):
-        GrammarConstraint(lm, [], json_schema=schema, max_decimals=None)  # fails at token 1
+        GrammarConstraint(lm, [], json_schema=schema, budget=budget)  # fails at token 1
     # At compile time "too big" is no refusal: the schema has instances ({} for one), so it
     # compiles to the skeleton tier and the exact jsonschema check keeps the answers valid.
     grammar = json_grammar(schema)
@@ -180,9 +198,11 @@ def test_schema_too_large_for_the_engine_is_refused_at_runtime_or_relaxed_at_com
 
 def test_bad_json_options_and_chat_without_template():
     with pytest.raises(ValueError, match="whitespace"):
-        json_grammar({"type": "integer"}, whitespace="some")
+        JSONBudget(whitespace="some")
     with pytest.raises(ValueError, match="max_string_length"):
-        json_grammar({"type": "string"}, max_string_length=0)
+        JSONBudget(max_string_length=0)
+    with pytest.raises(TypeError, match="budget must be a JSONBudget or None, got dict"):
+        json_grammar({"type": "string"}, budget={"max_string_length": 8})
     with pytest.raises(ValueError, match="chat template"):
         schema_prompt(wavy_lm(DIGITS), "", {"type": "integer"})
     with pytest.raises(TypeError, match="chat"):
@@ -212,7 +232,8 @@ def test_closed_objects_are_part_of_the_target(closed):
     log_z, post = brute_force(KEYS, member, max_tokens=5)
     assert ('{"b":1}' in post) is not closed
     lm = wavy_lm(KEYS)
-    model = GrammarConstraint(lm, [], json_schema=LISTED, max_tokens=5, closed_objects=closed)
+    budget = JSONBudget(closed_objects=closed)
+    model = GrammarConstraint(lm, [], json_schema=LISTED, max_tokens=5, budget=budget)
     assert_exact(model, log_z, post)
 
 
@@ -250,7 +271,8 @@ def test_maps_get_short_keys_and_closed_grammars_compile_or_fall_back(monkeypatc
     lm = wavy_lm(KEYS)
     assert _consumes(lm, grammar, ["{", '"a":1', "}"])
     assert not _consumes(lm, grammar, ["{", '"b":1', "}"])
-    assert _consumes(lm, json_grammar(LISTED, closed_objects=False), ["{", '"b":1', "}"])
+    open_budget = JSONBudget(closed_objects=False)
+    assert _consumes(lm, json_grammar(LISTED, budget=open_budget), ["{", '"b":1', "}"])
     # a closed schema the engine cannot satisfy falls back to the open budget
     monkeypatch.setattr(
         schema_budget,
@@ -260,7 +282,7 @@ def test_maps_get_short_keys_and_closed_grammars_compile_or_fall_back(monkeypatc
     schema = {"type": "object", "properties": {"c": {"type": "integer"}}}
     assert _consumes(lm, json_grammar(schema), ["{", "}"])
     with pytest.raises(TypeError, match="closed_objects must be a bool"):
-        json_grammar(schema, closed_objects=1)
+        JSONBudget(closed_objects=1)
 
 
 NUMBERS = ["<s>", "1", "2", ".", "<eos>"]
@@ -277,7 +299,11 @@ def test_number_budget_is_part_of_the_target(decimals):
     log_z, post = brute_force(NUMBERS, member, max_tokens=5)
     assert ("1.12" in post) is (decimals is None)
     model = GrammarConstraint(
-        wavy_lm(NUMBERS), [], json_schema={"type": "number"}, max_tokens=5, max_decimals=decimals
+        wavy_lm(NUMBERS),
+        [],
+        json_schema={"type": "number"},
+        max_tokens=5,
+        budget=JSONBudget(max_decimals=decimals),
     )
     assert_exact(model, log_z, post)
 
@@ -319,7 +345,8 @@ def test_free_values_are_scalars_or_flat_containers():
         "type": "integer"
     }
     lm = wavy_lm(FREE)
-    budgeted, open_ = json_grammar(schema), json_grammar(schema, closed_objects=False)
+    budgeted = json_grammar(schema)
+    open_ = json_grammar(schema, budget=JSONBudget(closed_objects=False))
     for text, ok in ((["[", "1", ",", "1", "]"], True), (["[", "[", "1", "]", "]"], True)):
         assert _consumes(lm, budgeted, text) is ok
     nested = ["[", "[", "[", "1", "]", "]", "]"]  # an array in an array in the free value

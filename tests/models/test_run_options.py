@@ -9,6 +9,7 @@ resample" wherever the math allows it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -130,16 +131,33 @@ def test_generate_json_takes_the_run_options_and_a_budget_value(tmp_path):
     assert by_value.log_ml == out.log_ml and by_value.texts == out.texts
 
 
-def test_json_budget_is_one_hashable_value_given_once():
+def test_json_budget_is_one_hashable_value_and_the_one_way_in():
+    import inspect
+
+    from llamppl.compat.adapters import BUDGET_KEYWORDS
+    from llamppl.decoding.grammar.compile import Grammar, json_grammar
+    from llamppl.decoding.grammar.engine import make_grammar
+    from llamppl.models import GrammarConstraint
+
     a = JSONBudget(max_string_length=8)
     assert a == JSONBudget(max_string_length=8) and hash(a) == hash(JSONBudget(max_string_length=8))
     with pytest.raises(ValueError, match="max_string_length must be a positive integer"):
         JSONBudget(max_string_length=0)
     with pytest.raises(ValueError, match="whitespace must be one of"):
         JSONBudget(whitespace="pretty")
-    from llamppl.decoding.grammar.compile import json_grammar
-
+    for fn in (
+        generate_json,
+        GrammarConstraint,
+        Grammar.from_json_schema,
+        json_grammar,
+        make_grammar,
+    ):
+        params = inspect.signature(fn).parameters  # ours: the budget is one value
+        assert params["budget"].default is None and not set(params) & set(BUDGET_KEYWORDS)
     schema = {"type": "object", "properties": {"s": {"type": "string"}}}
-    assert json_grammar(schema, budget=a) is json_grammar(schema, max_string_length=8)  # one key
-    with pytest.raises(ValueError, match="give budget= or the keywords"):
+    same = dataclasses.replace(JSONBudget(), max_string_length=8)
+    assert json_grammar(schema, budget=a) is json_grammar(schema, budget=same)  # one cache key
+    with pytest.raises(TypeError, match="budget must be a JSONBudget or None, got dict"):
+        generate_json(DIGITS, [], {"type": "integer"}, 4, budget={"max_array_items": 2})
+    with pytest.raises(ValueError, match="give budget= or the keywords"):  # an old spelling too
         generate_json(DIGITS, [], {"type": "integer"}, 4, budget=a, max_array_items=2)

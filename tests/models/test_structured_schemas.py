@@ -16,6 +16,7 @@ pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
 
 from llamppl.decoding.grammar.compile import json_grammar  # noqa: E402
+from llamppl.decoding.grammar.json_budget import JSONBudget  # noqa: E402
 from llamppl.models import GrammarConstraint, generate_json  # noqa: E402
 from llamppl.models.structured import SCHEMA_INSTRUCTION, schema_prompt  # noqa: E402
 
@@ -80,9 +81,10 @@ def test_grammar_with_no_finite_string_is_refused_at_construction(smollm):
 
 def test_schema_with_3000_optional_properties_is_refused_or_relaxed(smollm):
     schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(3000)}}
+    budget = JSONBudget(max_decimals=None)
     with pytest.raises(  # compiles, but the engine gives up at the first token
         ValueError, match="exceeds the grammar engine's limits.*optional properties"
     ):
-        GrammarConstraint(smollm, "x", json_schema=schema, max_tokens=40, max_decimals=None)
+        GrammarConstraint(smollm, "x", json_schema=schema, max_tokens=40, budget=budget)
     relaxed = GrammarConstraint(smollm, "x", json_schema=schema, max_tokens=40)  # compile: skeleton
     assert any("too big" in reason for reason in relaxed.grammar.relaxed)

@@ -67,7 +67,12 @@ vocabulary's trie with a few hundred checks instead of one per token.
 
 **Composition.** ``a & b`` is :class:`AllOf`: allowed iff every part allows; its mask is
 cheap iff every part's is, and a lazy draw masks with the cheap parts and checks the others
-on the tokens it draws: ``max_word_length(5) & banned_words(["rates"])``.
+on the tokens it draws: ``max_word_length(5) & banned_words(["rates"])``. Each part answers
+for itself, so a prefix every part accepts alone may still have no completion that passes
+them all; ``c.implied(parts)`` lets a part name constraints the conjunction implies (same
+target, tighter prefix checks), which :class:`AllOf` adds beside the given parts when it is
+built (the text constraints of :mod:`~llamppl.decoding.text` use it for counts next to
+positions, last words and required words, and for their plain characters).
 """
 
 from __future__ import annotations
@@ -282,6 +287,16 @@ class Constraint:
         return state
 
     # ------------------------------------------------------------ composition
+    def implied(self, parts: Sequence[Constraint]) -> list[Constraint]:
+        """Constraints that the conjunction of ``parts`` (this one among them) implies, for
+        :class:`AllOf` to add beside them: each one's complete check holds on every text that
+        passes every part's complete check, and its prefix check is sound for its own complete
+        check, so adding it leaves the target unchanged while its prefix check, budget and
+        guides may reason about the parts *together* (``word_count(exactly=8) &
+        last_word_of_sentences(["ocean"])`` refuses ``"... with the"`` at once: the 8th word
+        can no longer be "ocean"). Default: none."""
+        return []
+
     def __and__(self, other: object) -> AllOf:
         return AllOf(self, as_constraint(other, "other"))
 
@@ -350,20 +365,40 @@ class PredicateConstraint(Constraint):
 class AllOf(Constraint):
     """Conjunction: allowed iff every part allows it; the state is the tuple of the parts' states.
 
-    ``cheap_parts`` / ``costly_parts`` split the parts by ``cheap_mask``: a lazy draw
-    masks with the cheap ones and checks the costly ones on the tokens it draws. Checks
-    run cheap parts first, so a costly predicate sees only what the cheap parts allow.
+    ``given`` are the parts the user composed (a nested conjunction is flattened into its own
+    given parts); ``implied_parts`` are the constraints the given parts imply together
+    (:meth:`Constraint.implied`, asked of every given part when the conjunction is built;
+    duplicates by ``repr`` dropped, recomputed whenever conjunctions nest; ``imply=False``
+    asks nothing, so the text builders' plain characters are left out too); ``parts`` is both,
+    given first, and every check runs over it. An implied part holds on every text of the target,
+    so it only refuses, earlier, prefixes that no such text extends (the text builders'
+    plain characters are the one implied part that belongs to the target by definition:
+    :mod:`~llamppl.decoding.text.plain`). ``repr`` shows the given parts.
+    ``cheap_parts`` / ``costly_parts`` split the parts by ``cheap_mask``: a lazy draw masks
+    with the cheap ones and checks the costly ones on the tokens it draws. Checks run cheap
+    parts first, so a costly predicate sees only what the cheap parts allow.
     """
 
-    def __init__(self, *parts: object) -> None:
+    def __init__(self, *parts: object, imply: bool = True) -> None:
         if not parts:
             raise ValueError("AllOf needs at least one constraint")
-        flat: list[Constraint] = []
+        if not isinstance(imply, bool):
+            raise TypeError(f"imply must be a bool, got {type(imply).__name__}")
+        given: list[Constraint] = []
         for p in parts:
             c = as_constraint(p, "parts")
-            flat += list(c.parts) if isinstance(c, AllOf) else [c]
-        self.parts = tuple(flat)
-        order = sorted(range(len(flat)), key=lambda i: not flat[i].cheap_mask)
+            given += list(c.given) if isinstance(c, AllOf) else [c]
+        self.given, self.imply = tuple(given), imply
+        seen = {repr(p) for p in given}
+        implied: list[Constraint] = []
+        for p in given if imply else ():
+            for q in p.implied(self.given):
+                if repr(q) not in seen:
+                    seen.add(repr(q))
+                    implied.append(as_constraint(q, "implied"))
+        self.implied_parts = tuple(implied)
+        self.parts = self.given + self.implied_parts
+        order = sorted(range(len(self.parts)), key=lambda i: not self.parts[i].cheap_mask)
         self._order = tuple(order)  # cheap parts first
 
     @property
@@ -391,30 +426,45 @@ class AllOf(Constraint):
         return all(self.parts[i].accepts_end(text) for i in self._order)
 
     def allowed_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
-        return self.masks(lm, [(text,) * len(self.parts)])[0]
+        return self.masks(lm, [text])[0]
 
     # protocol
+    def part_states(self, state: Any) -> tuple:
+        """The parts' states: ``state`` itself, or for a text (a conjunction of text constraints,
+        whose states are all the text) that text once per part, so ``c.hint(lm, "He ran")``
+        works on a conjunction as on one text constraint."""
+        return (state,) * len(self.parts) if isinstance(state, str) else state
+
     def start(self, lm: LanguageModel) -> tuple:
         return tuple(p.start(lm) for p in self.parts)
 
-    def allows(self, lm: LanguageModel, state: tuple, token: int) -> bool:
+    def allows(self, lm: LanguageModel, state: Any, token: int) -> bool:
+        state = self.part_states(state)
         return all(self.parts[i].allows(lm, state[i], token) for i in self._order)
 
-    def ends(self, lm: LanguageModel, state: tuple) -> bool:
+    def ends(self, lm: LanguageModel, state: Any) -> bool:
+        state = self.part_states(state)
         return all(self.parts[i].ends(lm, state[i]) for i in self._order)
 
-    def advance(self, lm: LanguageModel, state: tuple, token: int) -> tuple:
-        return tuple(p.advance(lm, s, token) for p, s in zip(self.parts, state))
+    def advance(self, lm: LanguageModel, state: Any, token: int) -> Any:
+        """The parts' states after ``token`` (a text again, when given a text that every part
+        advances the same way)."""
+        out = tuple(p.advance(lm, s, token) for p, s in zip(self.parts, self.part_states(state)))
+        if isinstance(state, str) and all(isinstance(s, str) and s == out[0] for s in out):
+            return out[0]
+        return out
 
-    def masks(self, lm: LanguageModel, states: Sequence[tuple], parts=None) -> torch.Tensor:
+    def masks(self, lm: LanguageModel, states: Sequence[Any], parts=None) -> torch.Tensor:
         """The AND of the parts' masks (of ``parts``, indices, when given)."""
         idx = self._order if parts is None else parts
+        states = [self.part_states(s) for s in states]
         out = self.parts[idx[0]].masks(lm, [s[idx[0]] for s in states]).clone()  # (B, V)
         for i in idx[1:]:
             out &= self.parts[i].masks(lm, [s[i] for s in states])
         return out
 
-    def forced(self, lm: LanguageModel, state: tuple) -> int | None:
+    def forced(self, lm: LanguageModel, state: Any) -> int | None:
+        state = self.part_states(state)
         for i in self._order:
             token = self.parts[i].forced(lm, state[i])
             if token is not None:
@@ -424,39 +474,45 @@ class AllOf(Constraint):
                 return None
         return None
 
-    def end_failure(self, lm: LanguageModel, state: tuple) -> str | None:
+    def end_failure(self, lm: LanguageModel, state: Any) -> str | None:
+        state = self.part_states(state)
         causes = (self.parts[i].end_failure(lm, state[i]) for i in self._order)
         return next((c for c in causes if c is not None), None)
 
-    def reachable(self, lm: LanguageModel, state: tuple, tokens_left: int) -> bool:
-        return all(p.reachable(lm, s, tokens_left) for p, s in zip(self.parts, state))
+    def reachable(self, lm: LanguageModel, state: Any, tokens_left: int) -> bool:
+        states = self.part_states(state)
+        return all(p.reachable(lm, s, tokens_left) for p, s in zip(self.parts, states))
 
-    def need(self, lm: LanguageModel, state: tuple) -> int:
+    def need(self, lm: LanguageModel, state: Any) -> int:
         """The largest part's need (a completion must satisfy every part)."""
-        return max(p.need(lm, s) for p, s in zip(self.parts, state))
+        return max(p.need(lm, s) for p, s in zip(self.parts, self.part_states(state)))
 
-    def missing(self, lm: LanguageModel, state: tuple) -> int:
+    def missing(self, lm: LanguageModel, state: Any) -> int:
         """The parts' missed targets, summed (each part names its own)."""
-        return sum(p.missing(lm, s) for p, s in zip(self.parts, state))
+        return sum(p.missing(lm, s) for p, s in zip(self.parts, self.part_states(state)))
 
-    def hint(self, lm: LanguageModel, state: tuple) -> tuple[int, ...]:
+    def hint(self, lm: LanguageModel, state: Any) -> tuple[int, ...]:
         """Every part's hints, in order, once each."""
-        return tuple(dict.fromkeys(h for p, s in zip(self.parts, state) for h in p.hint(lm, s)))
+        states = self.part_states(state)
+        return tuple(dict.fromkeys(h for p, s in zip(self.parts, states) for h in p.hint(lm, s)))
 
-    def budget_mask(self, lm: LanguageModel, state: tuple, tokens_left: int) -> torch.Tensor | None:
+    def budget_mask(self, lm: LanguageModel, state: Any, tokens_left: int) -> torch.Tensor | None:
         """The AND of the parts' budget masks (None when no part restricts)."""
         out = None
-        for p, s in zip(self.parts, state):
+        for p, s in zip(self.parts, self.part_states(state)):
             m = p.budget_mask(lm, s, tokens_left)
             if m is not None:
                 out = m.clone() if out is None else out & m
         return out
 
-    def text_of(self, lm: LanguageModel, state: tuple) -> str:
-        return self.parts[0].text_of(lm, state[0])
+    def text_of(self, lm: LanguageModel, state: Any) -> str:
+        return self.parts[0].text_of(lm, self.part_states(state)[0])
 
     def __repr__(self) -> str:
-        return " & ".join(map(repr, self.parts))
+        shown = " & ".join(map(repr, self.given))
+        if self.imply:
+            return shown
+        return f"AllOf({', '.join(map(repr, self.given))}, imply=False)"
 
 
 def as_constraint(

@@ -3,8 +3,8 @@
 JSON Schemas compile in up to four tiers (``Grammar.from_json_schema``):
 
 1. **exact** — llguidance's own compiler, compact by default (no free whitespace
-   between tokens: ``{"a":1,"b":[2,3]}``; ``whitespace="flexible"`` allows JSON's
-   whitespace where the grammar permits it);
+   between tokens: ``{"a":1,"b":[2,3]}``; ``budget=JSONBudget(whitespace="flexible")``
+   allows JSON's whitespace where the grammar permits it);
 2. **relaxed** — when llguidance refuses the schema (``oneOf``, an unknown
    ``format``, ``not``, ``dependencies``, ``if``/``then``/``else``, …), the same
    schema with llguidance's ``coerce_one_of`` (``oneOf`` read as ``anyOf``) and
@@ -25,14 +25,15 @@ JSON Schemas compile in up to four tiers (``Grammar.from_json_schema``):
 An unsatisfiable schema or an unresolvable reference is refused at every tier (no superset
 cures it).
 
-A **size budget** (:mod:`llamppl.decoding.grammar.json_budget`: free strings of at most
-``max_string_length`` characters, free arrays of at most ``max_array_items`` items,
-free numbers of at most ``max_decimals`` decimals, objects with only their listed keys) is part of the grammar, not of the check: the
+A **size budget** (``budget=``, a :class:`~llamppl.decoding.grammar.json_budget.JSONBudget`:
+free strings of at most ``max_string_length`` characters, free arrays of at most
+``max_array_items`` items, free numbers of at most ``max_decimals`` decimals, objects with
+only their listed keys) is part of the grammar, not of the check: the
 target becomes the LM conditioned on validity *and* on that budget, a documented
 sub-language sampled exactly, because a small LM inside a free string, array or
 object (or a number) rarely closes it and every particle then dies at the token budget
-(``docs/programs/structured.md`` argues the choice). ``None`` / ``closed_objects=False``
-turn its parts off.
+(``docs/programs/structured.md`` argues the choice). A field set to ``None`` /
+``closed_objects=False`` turns that part off.
 
 Only such refusals raise ``ValueError``, quoting llguidance. Compiled grammars are cached per schema and options
 (:func:`json_grammar`).
@@ -71,8 +72,8 @@ from llamppl.decoding.grammar.json_budget import (
     MAX_STRING_LENGTH,
     WHITESPACE,
     JSONBudget,
+    as_budget,
     cap_sizes,
-    json_budget,
 )
 from llamppl.decoding.grammar.json_check import SchemaCheck, normalize_schema
 from llamppl.decoding.grammar.json_patterns import JSONStringPatterns
@@ -169,26 +170,14 @@ class Grammar(Constraint):
         cls,
         schema: Any,
         *,
-        whitespace: str = "compact",
         relax: bool = True,
-        max_string_length: int | None = MAX_STRING_LENGTH,
-        max_array_items: int | None = MAX_ARRAY_ITEMS,
-        closed_objects: bool = True,
-        max_decimals: int | None = MAX_DECIMALS,
         budget: JSONBudget | None = None,
         compile_timeout: float | None = DEFAULT_COMPILE_TIMEOUT,
     ) -> Grammar:
         """JSON Schema given as a dict, a JSON string, or a pydantic model class (cached);
-        the budget as ``budget=`` or as its separate keywords, the time bound as
-        ``compile_timeout`` (:func:`json_grammar`)."""
-        budget = json_budget(
-            budget,
-            whitespace=whitespace,
-            max_string_length=max_string_length,
-            max_array_items=max_array_items,
-            closed_objects=closed_objects,
-            max_decimals=max_decimals,
-        )
+        the whitespace and size budget as ``budget=`` (a
+        :class:`~llamppl.decoding.grammar.json_budget.JSONBudget`, None: the default), the
+        time bound as ``compile_timeout`` (:func:`json_grammar`)."""
         return json_grammar(schema, relax=relax, budget=budget, compile_timeout=compile_timeout)
 
     @classmethod
@@ -292,12 +281,7 @@ def _compile_tiers(
 def json_grammar(
     schema: Any,
     *,
-    whitespace: str = "compact",
     relax: bool = True,
-    max_string_length: int | None = MAX_STRING_LENGTH,
-    max_array_items: int | None = MAX_ARRAY_ITEMS,
-    closed_objects: bool = True,
-    max_decimals: int | None = MAX_DECIMALS,
     budget: JSONBudget | None = None,
     compile_timeout: float | None = DEFAULT_COMPILE_TIMEOUT,
 ) -> Grammar:
@@ -311,34 +295,22 @@ def json_grammar(
         Fall back to the relaxed tier (module docstring) when the exact one fails.
     budget : JSONBudget | None
         The whitespace and size budget as one value
-        (:class:`~llamppl.decoding.grammar.json_budget.JSONBudget`); or give its fields as the
-        separate keywords below (not both).
-    whitespace : {"compact", "flexible"}
-        ``"compact"``: no whitespace between JSON tokens (the default: the LM cannot
-        spend its budget on indentation). ``"flexible"``: JSON whitespace allowed.
-    max_string_length, max_array_items : int | None
-        The size budget (module docstring); ``None``: unbounded.
-    closed_objects : bool
-        Objects that list ``properties`` get no other keys, and a map's keys at most
-        ``max_string_length`` characters (:func:`~llamppl.decoding.grammar.json_budget.close_objects`,
-        XGrammar's default ``strict_mode``); ``False``: JSON Schema's open objects.
-    max_decimals : int | None
-        Decimals per free number, and fewer than 16 integer digits where a number has no
-        bound (the same budget, default 6); ``None``: unbounded.
+        (:class:`~llamppl.decoding.grammar.json_budget.JSONBudget`: ``whitespace``
+        ``"compact"`` (no whitespace between JSON tokens: the LM cannot spend its budget on
+        indentation) or ``"flexible"``; ``max_string_length`` and ``max_array_items``, the
+        size budget of the module docstring; ``closed_objects``, objects that list
+        ``properties`` get no other keys and a map's keys at most ``max_string_length``
+        characters (:func:`~llamppl.decoding.grammar.json_budget.close_objects`, XGrammar's
+        default ``strict_mode``); ``max_decimals``, decimals per free number and fewer than
+        16 integer digits where a number has no bound; ``None`` in a field: unbounded).
+        ``None``: :data:`~llamppl.decoding.grammar.json_budget.DEFAULT_BUDGET`.
     compile_timeout : float | None
         Seconds the whole compile (every tier) may take, default
         :data:`DEFAULT_COMPILE_TIMEOUT`; past it :class:`CompileTimeout` (a ``ValueError``
         naming the schema's size and the bound) and nothing is cached. ``None``: no bound.
         A cached grammar is returned at once whatever the bound.
     """
-    budget = json_budget(
-        budget,
-        whitespace=whitespace,
-        max_string_length=max_string_length,
-        max_array_items=max_array_items,
-        closed_objects=closed_objects,
-        max_decimals=max_decimals,
-    )
+    budget = as_budget(budget)
     if not isinstance(relax, bool):
         raise TypeError(f"relax must be a bool, got {type(relax).__name__}")
     seconds = check_timeout_seconds("compile_timeout", compile_timeout)

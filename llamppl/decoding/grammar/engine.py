@@ -41,13 +41,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamppl.decoding.grammar.compile import (
-    MAX_ARRAY_ITEMS,
-    MAX_DECIMALS,
-    MAX_STRING_LENGTH,
-    Grammar,
-)
-from llamppl.decoding.grammar.json_budget import JSONBudget, json_budget
+from llamppl.decoding.grammar.compile import Grammar
+from llamppl.decoding.grammar.json_budget import JSONBudget, as_budget
 from llamppl.decoding.grammar.masks import (
     MaskBatcher,
     allowed_masks,
@@ -76,28 +71,15 @@ def make_grammar(
     json_schema: Any = None,
     regex: str | None = None,
     lark: str | None = None,
-    whitespace: str = "compact",
-    max_string_length: int | None = MAX_STRING_LENGTH,
-    max_array_items: int | None = MAX_ARRAY_ITEMS,
-    closed_objects: bool = True,
-    max_decimals: int | None = MAX_DECIMALS,
     budget: JSONBudget | None = None,
 ) -> Grammar:
     """A :class:`Grammar` from exactly one of ``grammar``, ``json_schema``, ``regex``, ``lark``.
 
-    The JSON budget — ``budget=`` (a :class:`~llamppl.decoding.grammar.json_budget.JSONBudget`)
-    or its separate keywords ``whitespace``, ``max_string_length``, ``max_array_items``,
-    ``closed_objects``, ``max_decimals`` — applies to ``json_schema``
+    The JSON budget ``budget=`` (a :class:`~llamppl.decoding.grammar.json_budget.JSONBudget`;
+    None: the default) applies to ``json_schema``
     (:func:`~llamppl.decoding.grammar.compile.json_grammar`).
     """
-    budget = json_budget(
-        budget,
-        whitespace=whitespace,
-        max_string_length=max_string_length,
-        max_array_items=max_array_items,
-        closed_objects=closed_objects,
-        max_decimals=max_decimals,
-    )
+    budget = as_budget(budget)
     given = {
         k: v
         for k, v in (

@@ -28,11 +28,16 @@ sub-language, sampled exactly::
     #  'additionalProperties': False}
 
 The budget's settings, with the text's whitespace, form one hashable value,
-:class:`JSONBudget` (the compiled-grammar cache's key), accepted as ``budget=`` by every
-function that compiles a schema beside the separate keywords::
+:class:`JSONBudget` (the compiled-grammar cache's key), the one way every function that
+compiles a schema takes them, as ``budget=`` (``None``: :data:`DEFAULT_BUDGET`;
+:func:`as_budget` reads the argument)::
 
     budget = JSONBudget(max_string_length=64, max_array_items=8)
     generate_json(lm, prompt, schema, budget=budget)
+
+The five separate keywords of earlier versions (``whitespace=``, ``max_string_length=``,
+``max_array_items=``, ``closed_objects=``, ``max_decimals=``) are still accepted, as rows of
+the compatibility table (:mod:`llamppl.compat`), which turns them into this value.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ from llamppl.validation import is_integer
 
 __all__ = [
     "JSONBudget",
-    "json_budget",
+    "DEFAULT_BUDGET",
+    "as_budget",
     "WHITESPACE",
     "budget_schema",
     "cap_sizes",
@@ -298,24 +304,16 @@ class JSONBudget:
         )
 
 
-_DEFAULT = JSONBudget()
+DEFAULT_BUDGET = JSONBudget()
+"""The budget ``budget=None`` means: compact whitespace, 32 characters per free string, 4
+items per free array, closed objects, 6 decimals per free number."""
 
 
-def json_budget(budget: JSONBudget | None = None, **keywords: Any) -> JSONBudget:
-    """The budget asked for by ``budget=`` or by the separate keywords (not both).
-
-    A keyword left at its default counts as not given; ``ValueError`` when ``budget`` and
-    a keyword that differs from its default are both given, ``TypeError`` for a
-    ``budget`` that is not a :class:`JSONBudget`.
-    """
-    changed = {k: v for k, v in keywords.items() if v != getattr(_DEFAULT, k)}
+def as_budget(budget: JSONBudget | None) -> JSONBudget:
+    """The budget a ``budget=`` argument asks for: :data:`DEFAULT_BUDGET` for ``None``, a
+    :class:`JSONBudget` itself, else ``TypeError`` naming ``budget``."""
     if budget is None:
-        return JSONBudget(**keywords)
+        return DEFAULT_BUDGET
     if not isinstance(budget, JSONBudget):
-        raise TypeError(f"budget must be a JSONBudget, got {type(budget).__name__}")
-    if changed:
-        raise ValueError(
-            f"give budget= or the keywords {sorted(changed)}, not both "
-            "(set them on the JSONBudget: dataclasses.replace(budget, ...))"
-        )
+        raise TypeError(f"budget must be a JSONBudget or None, got {type(budget).__name__}")
     return budget

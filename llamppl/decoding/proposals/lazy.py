@@ -82,7 +82,8 @@ E[w f(a)] = β Σ_{h∈H} (p(h) / P_H)(P_H / β) f(h) + (1 − β) E[Ẑ_rest f(
 = Σ_{w∈A} p(w) f(w): properly weighted again (β = 1 would lose A − H).
 
 **Batched.** :func:`top_candidates` perturbs the ``(B, V)`` log-probs of every
-particle of a step with Gumbel noise in one tensor operation and returns each
+particle of a step with Gumbel noise (each row's from a seed its own run's stream
+draws, so a run's draws do not depend on the runs served beside it) and returns each
 row's first ``k`` tokens in key order with their log-probs, in ONE host read; only
 the checks run per particle (:func:`awrs`), in Python. A particle that needs more
 than ``k`` candidates reads the next ones from its own row (:class:`Candidates`)::
@@ -97,7 +98,7 @@ from __future__ import annotations
 import asyncio
 import math
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -187,17 +188,25 @@ class Candidates:
         return True
 
 
-def top_candidates(rows: torch.Tensor, seed: int, k: int = FIRST_CANDIDATES) -> list[Candidates]:
+def top_candidates(
+    rows: torch.Tensor, seed: int | Sequence[int], k: int = FIRST_CANDIDATES
+) -> list[Candidates]:
     """Each row's first ``k`` tokens in Gumbel-key order, for all rows in one tensor pass.
 
     ``rows`` is ``(B, V)`` log-probabilities (normalised or not; ``-inf`` for impossible
     tokens) on any device; ``seed`` fixes the Gumbel noise (a ``torch.Generator`` on that
-    device). One host read brings back the ``(B, k)`` ids, their log-probs and the rows'
-    masses.
+    device): one seed for the batch, or one per row (then a row's noise does not depend on
+    the rows beside it). One host read brings back the ``(B, k)`` ids, their log-probs and
+    the rows' masses.
     """
     B, V = rows.shape
-    gen = torch.Generator(device=rows.device).manual_seed(int(seed))
-    u = torch.rand((B, V), generator=gen, device=rows.device, dtype=torch.float64)
+    if isinstance(seed, Sequence):
+        if len(seed) != B:
+            raise ValueError(f"seed must be one int or one per row ({B}), got {len(seed)}")
+        u = torch.stack([_uniforms(rows.device, int(s), V) for s in seed])  # (B, V)
+    else:
+        gen = torch.Generator(device=rows.device).manual_seed(int(seed))
+        u = torch.rand((B, V), generator=gen, device=rows.device, dtype=torch.float64)
     u = u.clamp_(min=torch.finfo(torch.float64).tiny)
     keys = rows.double() - torch.log(-torch.log(u))  # (B, V): log p + Gumbel(0, 1)
     k = min(k, V)
@@ -212,6 +221,12 @@ def top_candidates(rows: torch.Tensor, seed: int, k: int = FIRST_CANDIDATES) -> 
             Candidates(ids, host[b, k : 2 * k].tolist(), float(host[b, -1]), keys[b], rows[b])
         )
     return out
+
+
+def _uniforms(device: torch.device, seed: int, n: int) -> torch.Tensor:
+    """``(n,)`` float64 uniforms in [0, 1) from their own generator seeded with ``seed``."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return torch.rand(n, generator=gen, device=device, dtype=torch.float64)
 
 
 @dataclass(frozen=True)
@@ -324,9 +339,11 @@ def _serve(requests: list[tuple[torch.Tensor, np.random.Generator]]) -> list[Can
     for i, (row, _) in enumerate(requests):
         by_device.setdefault(row.device, []).append(i)
     for idx in by_device.values():
-        seed = int(requests[idx[0]][1].integers(2**62))  # the run's stream fixes the noise
+        # each row's noise from its own run's stream: a draw does not depend on the draws of
+        # other runs served in the same round (jobs run at once, run_many)
+        seeds = [int(requests[i][1].integers(2**62)) for i in idx]
         rows = torch.stack([requests[i][0] for i in idx])  # (B, V)
-        for i, cand in zip(idx, top_candidates(rows, seed)):
+        for i, cand in zip(idx, top_candidates(rows, seeds)):
             out[i] = cand
     return out  # type: ignore[return-value]
 

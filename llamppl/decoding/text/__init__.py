@@ -9,7 +9,14 @@
   the prefix analysis (:mod:`~llamppl.decoding.text.units`,
   :mod:`~llamppl.decoding.text.finality`, :mod:`~llamppl.decoding.text.prefix`,
   :mod:`~llamppl.decoding.text.paragraphs`, :mod:`~llamppl.decoding.text.spelling`) and
-  the token-budget facts of :mod:`~llamppl.decoding.text.budget`.
+  the token-budget facts of :mod:`~llamppl.decoding.text.budget`; plain characters by
+  default (:mod:`~llamppl.decoding.text.plain`: :class:`PlainCharacters`,
+  :func:`plain_characters`) and what counts imply next to positions, last words and
+  required words (:mod:`~llamppl.decoding.text.joint`);
+- :mod:`~llamppl.decoding.text.token_budget` — :func:`token_budget`, ``max_tokens`` read
+  from a constraint's counts and targets;
+- :mod:`~llamppl.decoding.text.collie` — :func:`from_collie` / :func:`collie_constraint`,
+  COLLIE's constraint trees as these constraints.
 
 Users import them from :mod:`llamppl.constraints`::
 
@@ -36,6 +43,7 @@ from llamppl.decoding.text.builders import (
     last_sentence_of_paragraphs,
     last_word_of_sentences,
     paragraph_count,
+    plain_characters,
     sentence_count,
     sentences_per_paragraph,
     word_count,
@@ -50,16 +58,24 @@ from llamppl.decoding.text.characters import (
     max_word_length,
     regex_prefix,
 )
+from llamppl.decoding.text.collie import collie_constraint, from_collie
+from llamppl.decoding.text.joint import CappedLastWords, RequiredWordsFit, SentenceEndsAtCap
+from llamppl.decoding.text.plain import PlainCharacters
+from llamppl.decoding.text.token_budget import token_budget
 
 __all__ = [
     "BannedWords",
     "Bounds",
+    "CappedLastWords",
     "CharCount",
     "CharsAt",
     "EachAt",
     "EachCount",
     "MaxWordLength",
+    "PlainCharacters",
     "RegexPrefix",
+    "RequiredWordsFit",
+    "SentenceEndsAtCap",
     "TextStructure",
     "UnitCount",
     "UnitsAt",
@@ -69,16 +85,20 @@ __all__ = [
     "char_count",
     "chars_at",
     "chars_per_word",
+    "collie_constraint",
     "contains_words",
     "excludes_words",
     "first_word_of_sentences",
+    "from_collie",
     "last_sentence_of_paragraphs",
     "last_word_of_sentences",
     "max_word_length",
     "paragraph_count",
+    "plain_characters",
     "regex_prefix",
     "sentence_count",
     "sentences_per_paragraph",
+    "token_budget",
     "word_count",
     "words_at",
     "words_per_sentence",

@@ -1,7 +1,10 @@
 """Shared parts of the text-structure constraints (:mod:`~llamppl.decoding.text.builders`).
 
 :class:`Bounds` (COLLIE's ``==``/``>=``/``<=`` relations as an integer range),
-:class:`TextStructure` (a constraint decided from an analysis of the prefix,
+:class:`TextConstraint` (the base of every text constraint a builder returns: its plain
+characters flag, target strings and unit levels, and the hook that adds one
+:class:`~llamppl.decoding.text.plain.PlainCharacters` part to a conjunction, :func:`plain_of`),
+:class:`TextStructure` (a text constraint decided from an analysis of the prefix,
 :mod:`~llamppl.decoding.text.prefix`), target normalisation as COLLIE compares units
 (lower-cased, punctuation stripped at both ends) and the token-budget arithmetic for
 target words that must still be written (:mod:`~llamppl.decoding.text.budget`).
@@ -14,9 +17,10 @@ from typing import Any
 
 import torch
 
-from llamppl.decoding.constraints.protocol import Constraint
+from llamppl.decoding.constraints.protocol import AllOf, Constraint
 from llamppl.decoding.text import units as tu
 from llamppl.decoding.text.paragraphs import analyze_paragraphs
+from llamppl.decoding.text.plain import PlainCharacters, plain_for
 from llamppl.decoding.text.prefix import Analysis, analyze
 from llamppl.decoding.text.spelling import Spelling, find_spelled, overlap_need, progress_mask
 from llamppl.lm.base import LanguageModel
@@ -24,7 +28,11 @@ from llamppl.validation import is_integer
 
 __all__ = [
     "Bounds",
+    "TextConstraint",
     "TextStructure",
+    "plain_flag",
+    "plain_of",
+    "with_implied",
     "target_key",
     "target_keys",
     "check_level",
@@ -33,6 +41,7 @@ __all__ = [
     "count_nonspace",
     "count_marks",
     "word_need",
+    "last_word_need",
     "in_order_needs",
     "spelled_budget",
 ]
@@ -133,6 +142,23 @@ def word_need(sp: Spelling, view: Analysis, region_lower: str, present: set[str]
     return sp.fresh
 
 
+def last_word_need(sp: Spelling, view: Analysis, region_lower: str) -> int:
+    """Tokens still needed before the word ``sp.target`` is the text's last judge word: in an
+    exact analysis, finishing the word being written as the target (or writing it anew) or 0
+    when the last certain word is already the target (a text ending in whitespace); else 0
+    when some certain word is the target or the open region may hold it already
+    (:func:`~llamppl.decoding.text.spelling.overlap_need`). A sound lower bound: a text whose
+    last word is the target has it written somewhere."""
+    if not view.exact:
+        if any(tu.normalize(w) == sp.target for w in view.flat + view.open_flat):
+            return 0
+        return overlap_need(sp, region_lower)
+    if view.open_word is not None:
+        return word_need(sp, view, region_lower, set())
+    last = (view.flat + view.open_flat)[-1:]
+    return 0 if last and tu.normalize(last[0]) == sp.target else sp.fresh
+
+
 def in_order_needs(spelled: Sequence[Spelling], text_lower: str) -> list[int]:
     """Needs of targets that must come in this order: the first ones found one after the
     other need nothing, the next may be under way at the end, the rest are written anew."""
@@ -156,13 +182,16 @@ def spelled_budget(
     tokens_left: int,
     extra: int = 0,
     add: bool = True,
+    total: int | None = None,
 ) -> tuple[bool, torch.Tensor | None]:
-    """Reachability and budget mask of "every spelling still to write" (sum or maximum).
+    """Reachability and budget mask of "every spelling still to write" (sum or maximum, or
+    ``total`` when the caller combined the needs itself).
 
     Returns ``(reachable, mask)``: ``mask`` is None while the budget leaves a token to spare,
     else the tokens that write more of some target (and the end tokens).
     """
-    total = (sum(needs) + extra) if add else max([0, *needs])
+    if total is None:
+        total = (sum(needs) + extra) if add else max([0, *needs])
     if total > tokens_left:
         return False, None
     if total < tokens_left:
@@ -175,8 +204,72 @@ def spelled_budget(
     return True, mask
 
 
-class TextStructure(Constraint):
-    """Base class: a constraint decided from an analysis of the prefix.
+def plain_flag(value: object) -> bool:
+    """``value`` if it is a bool (the builders' ``plain=``), else a TypeError naming ``plain``."""
+    if not isinstance(value, bool):
+        raise TypeError(f"plain must be a bool, got {type(value).__name__}")
+    return value
+
+
+class TextConstraint(Constraint):
+    """Base class of the text constraints the builders return.
+
+    ``plain`` (set by the builders, default True there) asks for plain characters: in any
+    conjunction this constraint ends up in (a lone builder is a conjunction of one, see
+    :func:`with_implied`), the first plain text constraint's :meth:`implied` adds the one
+    :class:`~llamppl.decoding.text.plain.PlainCharacters` part that :func:`plain_of` derives from
+    all of them, and the target includes it. Subclasses name what the derivation reads:
+    :meth:`target_strings` (characters to allow) and :meth:`levels` (paragraphs allow
+    newlines); ``on_characters`` marks a constraint on characters alone (no word split, so only
+    the character set applies).
+    """
+
+    plain: bool = False
+    on_characters: bool = False
+
+    def target_strings(self) -> tuple[str, ...]:
+        """The constraint's target strings as given (none by default)."""
+        return ()
+
+    def levels(self) -> frozenset[str]:
+        """The unit levels the constraint reads (``"word"``, ``"paragraph"``, ...)."""
+        return frozenset()
+
+    def implied(self, parts: Sequence[Constraint]) -> list[Constraint]:
+        """The conjunction's plain characters, from its first plain text constraint (others:
+        none); subclasses add what they imply with the other parts."""
+        first = next((p for p in parts if isinstance(p, TextConstraint) and p.plain), None)
+        return [plain_of(parts)] if first is self else []
+
+    def plain_repr(self) -> str:
+        """``", plain=False"`` when the constraint asks for no plain characters, else ``""``."""
+        return "" if self.plain else ", plain=False"
+
+
+def plain_of(parts: Sequence[Constraint]) -> PlainCharacters:
+    """The :class:`~llamppl.decoding.text.plain.PlainCharacters` of a conjunction's text
+    constraints (:func:`~llamppl.decoding.text.plain.plain_for`): every target string's
+    characters, newlines where some constraint reads paragraphs, the character set alone
+    where some constraint is on characters."""
+    texts = [p for p in parts if isinstance(p, TextConstraint)]
+    levels = frozenset().union(*(p.levels() for p in texts))
+    return plain_for(
+        [s for p in texts for s in p.target_strings()],
+        paragraphs="paragraph" in levels,
+        characters=any(p.on_characters for p in texts),
+    )
+
+
+def with_implied(part: Constraint) -> Constraint:
+    """``part`` as a conjunction of one when it implies something alone (its plain characters),
+    else ``part`` itself: what a builder returns."""
+    if part.implied([part]):
+        return AllOf(part)
+    return part
+
+
+class TextStructure(TextConstraint):
+    """Base class: a text constraint decided from an analysis of the prefix.
 
     Subclasses set ``view`` (``"sentence"``: :func:`~llamppl.decoding.text.prefix.analyze`,
     ``"paragraph"``: :func:`~llamppl.decoding.text.prefix.analyze_paragraphs`) and

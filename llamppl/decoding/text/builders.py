@@ -38,14 +38,37 @@ Compose them with ``&``. Targets compare as COLLIE compares them: lower-cased, s
 punctuation at both ends (``"Peninsula."`` is ``"peninsula"``). A list of per-unit targets
 fixes the number of units, as COLLIE's reduction does. Every check is a pure function of the
 text, memoised, and needs the ``collie`` extra (NLTK).
+
+Plain characters (``plain=True``, every builder's default)
+    The judge splits junk into words and sentences too (``originally "Amarahah"\n\n5/15``),
+    and where the split stays undecided no prefix check can refuse anything. So a builder's
+    constraint also keeps the text to plain characters
+    (:class:`~llamppl.decoding.text.plain.PlainCharacters`: ASCII letters, spaces,
+    ``. , ; : ! ? '`` with plain spacing, newlines only where some part reads paragraphs, the
+    targets' own characters; for character counts and positions the character set alone).
+    It is part of what the builder means: the target of ``HardConstraint`` is the LM
+    conditioned on the structure *and* plain characters, still exactly. A conjunction has
+    one such part, derived from all its text constraints (:func:`plain_characters` shows
+    it); a builder alone is a conjunction of one. ``plain=False`` on every builder of a
+    conjunction leaves it out (the judge's constraint alone).
+
+Composing
+    ``&`` asks each part about a prefix; where parts interact the conjunction adds what they
+    imply together (:meth:`~llamppl.decoding.constraints.protocol.Constraint.implied`), so
+    ``word_count(exactly=8) & last_word_of_sentences(["ocean"])`` refuses ``"... with the"``
+    (the 8th word is the last one) and ``word_count(exactly=8) & words_at({-1: "ocean"})`` is
+    as tight as ``words_at({7: "ocean"})``: counts next to positions, last words and
+    required words (:mod:`~llamppl.decoding.text.joint`). The target does not change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from llamppl.decoding.text.base import Bounds, TextStructure
+from llamppl.decoding.constraints.protocol import AllOf, Constraint
+from llamppl.decoding.text.base import Bounds, TextStructure, plain_of, with_implied
 from llamppl.decoding.text.counts import CharCount, CharsAt, EachCount, UnitCount
+from llamppl.decoding.text.plain import PlainCharacters
 from llamppl.decoding.text.positions import EachAt, UnitsAt
 from llamppl.decoding.text.presence import WordsExcluded, WordsIncluded
 from llamppl.validation import is_integer
@@ -75,94 +98,189 @@ __all__ = [
     "last_sentence_of_paragraphs",
     "contains_words",
     "excludes_words",
+    "plain_characters",
 ]
 
 
 # ---------------------------------------------------------------------- builders
 def char_count(
-    *, exactly: int | None = None, at_least: int | None = None, at_most: int | None = None
-) -> CharCount:
-    """The text has ``exactly`` / ``at_least`` / ``at_most`` characters (spaces included)."""
-    return CharCount(Bounds(exactly, at_least, at_most))
+    *,
+    exactly: int | None = None,
+    at_least: int | None = None,
+    at_most: int | None = None,
+    plain: bool = True,
+) -> Constraint:
+    """The text has ``exactly`` / ``at_least`` / ``at_most`` characters (spaces included).
+
+    ``plain``: keep to plain characters too (module docstring; default on); for a text
+    counted in characters, which needs no word split, that is the character set alone (no
+    spacing rules, no cap on runs).
+    """
+    return with_implied(CharCount(Bounds(exactly, at_least, at_most), plain=plain))
 
 
 def word_count(
-    *, exactly: int | None = None, at_least: int | None = None, at_most: int | None = None
-) -> UnitCount:
-    """The text has so many judge words (NLTK tokens, punctuation-only ones dropped)."""
-    return UnitCount("word", Bounds(exactly, at_least, at_most))
+    *,
+    exactly: int | None = None,
+    at_least: int | None = None,
+    at_most: int | None = None,
+    plain: bool = True,
+) -> Constraint:
+    """The text has so many judge words (NLTK tokens, punctuation-only ones dropped).
+
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
+    return with_implied(UnitCount("word", Bounds(exactly, at_least, at_most), plain=plain))
 
 
 def sentence_count(
-    *, exactly: int | None = None, at_least: int | None = None, at_most: int | None = None
-) -> UnitCount:
-    """The text has so many sentences (Punkt, English)."""
-    return UnitCount("sentence", Bounds(exactly, at_least, at_most))
+    *,
+    exactly: int | None = None,
+    at_least: int | None = None,
+    at_most: int | None = None,
+    plain: bool = True,
+) -> Constraint:
+    """The text has so many sentences (Punkt, English).
+
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
+    return with_implied(UnitCount("sentence", Bounds(exactly, at_least, at_most), plain=plain))
 
 
 def paragraph_count(
-    *, exactly: int | None = None, at_least: int | None = None, at_most: int | None = None
-) -> UnitCount:
-    """The text has so many paragraphs (pieces between ``"\\n\\n"``)."""
-    return UnitCount("paragraph", Bounds(exactly, at_least, at_most))
+    *,
+    exactly: int | None = None,
+    at_least: int | None = None,
+    at_most: int | None = None,
+    plain: bool = True,
+) -> Constraint:
+    """The text has so many paragraphs (pieces between ``"\\n\\n"``).
+
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
+    return with_implied(UnitCount("paragraph", Bounds(exactly, at_least, at_most), plain=plain))
 
 
-def chars_at(positions: Mapping[int, str]) -> CharsAt:
-    """The character at each position (0-based; negative from the end) is the given one."""
-    return CharsAt(positions)
+def chars_at(positions: Mapping[int, str], *, plain: bool = True) -> Constraint:
+    """The character at each position (0-based; negative from the end) is the given one.
+
+    ``plain``: keep to plain characters too (module docstring; default on); the character set
+    alone, as for :func:`char_count`.
+    """
+    return with_implied(CharsAt(positions, plain=plain))
 
 
-def words_at(positions: Mapping[int, str]) -> UnitsAt:
-    """The judge's word at each position (0-based; negative from the end) is the given one."""
-    return UnitsAt("word", positions)
+def words_at(positions: Mapping[int, str], *, plain: bool = True) -> Constraint:
+    """The judge's word at each position (0-based; negative from the end) is the given one.
+
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
+    return with_implied(UnitsAt("word", positions, plain=plain))
 
 
 def chars_per_word(
-    *, exactly: int | None = None, at_least: int | None = None, at_most: int | None = None
-) -> EachCount:
-    """Every word has so many characters (c06a: ``chars_per_word(at_most=7)``)."""
-    return EachCount("word", "character", Bounds(exactly, at_least, at_most))
+    *,
+    exactly: int | None = None,
+    at_least: int | None = None,
+    at_most: int | None = None,
+    plain: bool = True,
+) -> Constraint:
+    """Every word has so many characters (c06a: ``chars_per_word(at_most=7)``).
+
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
+    return with_implied(
+        EachCount("word", "character", Bounds(exactly, at_least, at_most), plain=plain)
+    )
 
 
 def words_per_sentence(
-    *, exactly: int | None = None, at_least: int | None = None, at_most: int | None = None
-) -> EachCount:
-    """Every sentence has so many words (c10: ``words_per_sentence(at_least=10, at_most=16)``)."""
-    return EachCount("sentence", "word", Bounds(exactly, at_least, at_most))
+    *,
+    exactly: int | None = None,
+    at_least: int | None = None,
+    at_most: int | None = None,
+    plain: bool = True,
+) -> Constraint:
+    """Every sentence has so many words (c10: ``words_per_sentence(at_least=10, at_most=16)``).
+
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
+    return with_implied(
+        EachCount("sentence", "word", Bounds(exactly, at_least, at_most), plain=plain)
+    )
 
 
 def sentences_per_paragraph(
-    *, exactly: int | None = None, at_least: int | None = None, at_most: int | None = None
-) -> EachCount:
-    """Every paragraph has so many sentences."""
-    return EachCount("paragraph", "sentence", Bounds(exactly, at_least, at_most))
+    *,
+    exactly: int | None = None,
+    at_least: int | None = None,
+    at_most: int | None = None,
+    plain: bool = True,
+) -> Constraint:
+    """Every paragraph has so many sentences.
+
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
+    return with_implied(
+        EachCount("paragraph", "sentence", Bounds(exactly, at_least, at_most), plain=plain)
+    )
 
 
-def first_word_of_sentences(words: str | Sequence[str]) -> EachAt:
+def first_word_of_sentences(words: str | Sequence[str], *, plain: bool = True) -> Constraint:
     """Every sentence starts with ``words`` (one word for all), or sentence ``i`` with
-    ``words[i]`` (then there are exactly ``len(words)`` sentences)."""
-    return EachAt("sentence", "word", 0, words)
+    ``words[i]`` (then there are exactly ``len(words)`` sentences).
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
+    return with_implied(EachAt("sentence", "word", 0, words, plain=plain))
 
 
-def last_word_of_sentences(words: str | Sequence[str]) -> EachAt:
+def last_word_of_sentences(words: str | Sequence[str], *, plain: bool = True) -> Constraint:
     """Every sentence ends with ``words`` (one for all), or sentence ``i`` with ``words[i]``
-    (then exactly ``len(words)`` sentences; c12)."""
-    return EachAt("sentence", "word", -1, words)
+    (then exactly ``len(words)`` sentences; c12).
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
+    return with_implied(EachAt("sentence", "word", -1, words, plain=plain))
 
 
-def last_sentence_of_paragraphs(sentences: str | Sequence[str], min_sentences: int = 0) -> EachAt:
+def last_sentence_of_paragraphs(
+    sentences: str | Sequence[str], min_sentences: int = 0, *, plain: bool = True
+) -> Constraint:
     """Paragraph ``i`` ends with ``sentences[i]`` (exactly ``len(sentences)`` paragraphs) and
-    has at least ``min_sentences`` sentences (c14: ``min_sentences=2``)."""
+    has at least ``min_sentences`` sentences (c14: ``min_sentences=2``).
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
     if not is_integer(min_sentences) or min_sentences < 0:
         raise ValueError(f"min_sentences must be a non-negative integer, got {min_sentences!r}")
-    return EachAt("paragraph", "sentence", -1, sentences, min_inner=min_sentences)
+    return with_implied(
+        EachAt("paragraph", "sentence", -1, sentences, min_inner=min_sentences, plain=plain)
+    )
 
 
-def contains_words(words: Sequence[str]) -> WordsIncluded:
-    """Every word of ``words`` is among the text's words (c07)."""
-    return WordsIncluded(words)
+def contains_words(words: Sequence[str], *, plain: bool = True) -> Constraint:
+    """Every word of ``words`` is among the text's words (c07).
+
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
+    return with_implied(WordsIncluded(words, plain=plain))
 
 
-def excludes_words(words: Sequence[str]) -> WordsExcluded:
-    """None of ``words`` is among the text's words (c09)."""
-    return WordsExcluded(words)
+def excludes_words(words: Sequence[str], *, plain: bool = True) -> Constraint:
+    """None of ``words`` is among the text's words (c09).
+
+    ``plain``: keep to plain characters too (module docstring; default on).
+    """
+    return with_implied(WordsExcluded(words, plain=plain))
+
+
+def plain_characters(constraint: Constraint) -> PlainCharacters:
+    """The plain characters the text constraints of ``constraint`` ask for by default (the
+    :class:`~llamppl.decoding.text.plain.PlainCharacters` part a conjunction of them carries),
+    derived from every text constraint in it whatever their ``plain`` flags: the targets'
+    characters, newlines where some part reads paragraphs, the character set alone where
+    some part is on characters. Add it yourself to a conjunction of ``plain=False`` parts,
+    or to a constraint of your own (``my_check & plain_characters(word_count(exactly=8))``).
+    """
+    if not isinstance(constraint, Constraint):
+        raise TypeError(f"constraint must be a Constraint, got {type(constraint).__name__}")
+    parts = constraint.given if isinstance(constraint, AllOf) else (constraint,)
+    return plain_of(parts)

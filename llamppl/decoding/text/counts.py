@@ -4,12 +4,15 @@
 tables), :class:`UnitCount` (words, sentences, paragraphs) and :class:`EachCount` (every
 word / sentence / paragraph holds so many inner units). Built by the functions of
 :mod:`~llamppl.decoding.text.builders` (``char_count``, ``word_count``, ...), whose
-docstring explains the protocol they answer.
+docstring explains the protocol they answer. A count also says what it implies next to
+other parts of a conjunction (``implied``): an exact count turns positions counted from the
+end into positions from the start, and a cap on the word count bounds the last words and
+the required words (:mod:`~llamppl.decoding.text.joint`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -18,10 +21,12 @@ from llamppl.decoding.constraints.protocol import Constraint
 from llamppl.decoding.text import units as tu
 from llamppl.decoding.text.base import (
     Bounds,
+    TextConstraint,
     TextStructure,
     check_level,
     count_marks,
     count_nonspace,
+    plain_flag,
 )
 from llamppl.decoding.text.budget import (
     char_codes,
@@ -30,6 +35,10 @@ from llamppl.decoding.text.budget import (
     token_lengths,
     unit_growth,
 )
+from llamppl.decoding.text.joint import CappedLastWords, RequiredWordsFit, SentenceEndsAtCap
+from llamppl.decoding.text.positions import EachAt, UnitsAt
+from llamppl.decoding.text.prefix import word_floor
+from llamppl.decoding.text.presence import WordsIncluded
 from llamppl.lm.base import LanguageModel
 from llamppl.validation import is_integer
 
@@ -37,18 +46,37 @@ __all__ = ["CharCount", "CharsAt", "UnitCount", "EachCount", "EACH_COUNT"]
 
 
 # ---------------------------------------------------------------------- characters
-class CharCount(Constraint):
+class CharCount(TextConstraint):
     """The number of characters (``len(text)``, whitespace included) within :class:`Bounds`.
 
     Prefix check: ``len(text) <= at_most``. Mask: ``len(text) + len(token) <= at_most``
     from a per-LM table of token lengths. Budget: at least ``at_least - len(text)``
-    characters must come, and a token adds at most ``max_token_chars(lm)`` of them.
+    characters must come, and a token adds at most ``max_token_chars(lm)`` of them. Implied
+    with an exact count: the characters at negative positions of :class:`CharsAt` are at
+    positions from the start.
     """
 
     prefix_closed = True  # a rejected text has no accepted extension
+    on_characters = True
 
-    def __init__(self, bounds: Bounds) -> None:
+    def __init__(self, bounds: Bounds, *, plain: bool = False) -> None:
         self.bounds = bounds
+        self.plain = plain_flag(plain)
+
+    def levels(self) -> frozenset[str]:
+        return frozenset({"character"})
+
+    def implied(self, parts: Sequence[Constraint]) -> list[Constraint]:
+        out = super().implied(parts)
+        n = self.bounds.hi
+        if n is None or self.bounds.lo != n:
+            return out
+        for p in parts:
+            if isinstance(p, CharsAt):
+                tail = {i + n: c for i, c in p.raw_positions.items() if i < 0 and i + n >= 0}
+                if tail:
+                    out.append(CharsAt(tail))
+        return out
 
     def __call__(self, text: str) -> bool:
         return not self.bounds.over(len(text))
@@ -79,10 +107,10 @@ class CharCount(Constraint):
         return mask
 
     def __repr__(self) -> str:
-        return f"char_count({self.bounds!r})"
+        return f"char_count({self.bounds!r}{self.plain_repr()})"
 
 
-class CharsAt(Constraint):
+class CharsAt(TextConstraint):
     """Given characters at given positions (COLLIE's ``Position`` on characters, ``==``).
 
     A character compares as COLLIE compares it: lower-cased, and a space or ``.`` is the
@@ -93,8 +121,9 @@ class CharsAt(Constraint):
     """
 
     prefix_closed = True  # a rejected text has no accepted extension
+    on_characters = True
 
-    def __init__(self, positions: Mapping[int, str]) -> None:
+    def __init__(self, positions: Mapping[int, str], *, plain: bool = False) -> None:
         if not isinstance(positions, Mapping) or not positions:
             raise TypeError(
                 f"positions must be a non-empty mapping index -> str, got {positions!r}"
@@ -106,6 +135,13 @@ class CharsAt(Constraint):
                 raise ValueError(f"positions values must be single characters, got {c!r}")
         self.raw_positions = dict(positions)
         self.positions = {i: char_key(c) for i, c in positions.items()}
+        self.plain = plain_flag(plain)
+
+    def target_strings(self) -> tuple[str, ...]:
+        return tuple(self.raw_positions.values())
+
+    def levels(self) -> frozenset[str]:
+        return frozenset({"character"})
 
     def _ok(self, text: str, end: bool) -> bool:
         for i, key in self.positions.items():
@@ -135,34 +171,76 @@ class CharsAt(Constraint):
         return mask
 
     def __repr__(self) -> str:
-        return f"chars_at({self.positions!r})"
+        return f"chars_at({self.positions!r}{self.plain_repr()})"
 
 
 # ---------------------------------------------------------------------- units
 class UnitCount(TextStructure):
     """The number of words, sentences or paragraphs within :class:`Bounds`.
 
-    Prefix check: the units certain to be there (certain words and the word being written;
-    certain sentences plus one for any open text; every paragraph delimiter) do not exceed
-    ``at_most``. Budget: ``at_least`` minus an upper bound of the units the text can still
+    Prefix check: the units certain to be there (certain words and the word being written, or
+    one word per chunk holding a letter or digit where that is more:
+    :func:`~llamppl.decoding.text.prefix.word_floor`; certain sentences plus one for any open
+    text; every paragraph delimiter) do not exceed ``at_most``. Budget: ``at_least`` minus an upper bound of the units the text can still
     hold must be within ``tokens_left`` times the most units one token adds
     (:func:`~llamppl.decoding.text.budget.unit_growth`: judge words, marks, newlines).
+
+    Implied next to other parts (:meth:`implied`): with an exact count, the units at negative
+    positions of :class:`~llamppl.decoding.text.positions.UnitsAt` (same level) at positions
+    from the start; with a cap on words, :class:`~llamppl.decoding.text.joint.CappedLastWords`
+    (negative word positions, also read where marks leave the words undecided), :class:`~llamppl.decoding.text.joint.SentenceEndsAtCap`
+    (the last word of every sentence) and :class:`~llamppl.decoding.text.joint.RequiredWordsFit`
+    (required words).
     """
 
-    def __init__(self, level: str, bounds: Bounds) -> None:
+    def __init__(self, level: str, bounds: Bounds, *, plain: bool = False) -> None:
         self.level = check_level("level", level, ("word", "sentence", "paragraph"))
         self.bounds = bounds
         self.view = "paragraph" if self.level == "paragraph" else "sentence"
+        self.plain = plain_flag(plain)
 
-    def _certain(self, view: Any) -> int:
+    def levels(self) -> frozenset[str]:
+        return frozenset({self.level})
+
+    def implied(self, parts: Sequence[Constraint]) -> list[Constraint]:
+        """The plain characters (:class:`~llamppl.decoding.text.base.TextConstraint`) and the
+        joint constraints of the class docstring."""
+        out = super().implied(parts)
+        cap = self.bounds.hi
+        if cap is None:
+            return out
+        exact = self.bounds.lo == cap
+        for p in parts:
+            if isinstance(p, UnitsAt) and p.level == self.level:
+                tail = {i: p.spelled[i] for i in p.positions if i < 0}
+                ahead = {i + cap: t for i, t in tail.items() if i + cap >= 0}
+                if exact and ahead:
+                    out.append(UnitsAt(self.level, ahead))
+                if tail and self.level == "word":
+                    out.append(CappedLastWords(cap, tail, (self, p)))
+            if self.level != "word":
+                continue
+            if isinstance(p, EachAt) and (p.outer, p.inner, p.index) == ("sentence", "word", -1):
+                out.append(
+                    SentenceEndsAtCap(
+                        cap,
+                        p.raw_targets[0] if isinstance(p.targets, str) else p.raw_targets,
+                        (self, p),
+                    )
+                )
+            elif isinstance(p, WordsIncluded):
+                out.append(RequiredWordsFit(cap, p.spelled, (self, p)))
+        return out
+
+    def _certain(self, text: str, view: Any) -> int:
         if self.level == "word":
-            return view.certain_words
+            return word_floor(text, view)
         if self.level == "sentence":
             return len(view.sentences) + view.content
         return len(view.final) + 1
 
     def prefix_ok(self, text: str, view: Any) -> bool:
-        return not self.bounds.over(self._certain(view))
+        return not self.bounds.over(self._certain(text, view))
 
     def accepts_end(self, text: str) -> bool:
         return self.bounds.ok(len(tu.units(text, self.level)))
@@ -195,7 +273,7 @@ class UnitCount(TextStructure):
         return max(0, self.bounds.lo - done)
 
     def __repr__(self) -> str:
-        return f"{self.level}_count({self.bounds!r})"
+        return f"{self.level}_count({self.bounds!r}{self.plain_repr()})"
 
 
 # ---------------------------------------------------------------------- per unit
@@ -219,11 +297,15 @@ class EachCount(TextStructure):
     inner units one token adds (:func:`~llamppl.decoding.text.budget.unit_growth`).
     """
 
-    def __init__(self, outer: str, inner: str, bounds: Bounds) -> None:
+    def __init__(self, outer: str, inner: str, bounds: Bounds, *, plain: bool = False) -> None:
         if (outer, inner) not in EACH_COUNT:
             raise ValueError(f"(outer, inner) must be one of {EACH_COUNT}; got {(outer, inner)!r}")
         self.outer, self.inner, self.bounds = outer, inner, bounds
         self.view = "paragraph" if outer == "paragraph" else "sentence"
+        self.plain = plain_flag(plain)
+
+    def levels(self) -> frozenset[str]:
+        return frozenset({self.outer, self.inner})
 
     def _finished(self, view: Any) -> list[int]:
         if self.outer == "word":
@@ -271,4 +353,4 @@ class EachCount(TextStructure):
         return self.bounds.lo - upper <= tokens_left * per_token
 
     def __repr__(self) -> str:
-        return f"each_count({self.outer!r}, {self.inner!r}, {self.bounds!r})"
+        return f"each_count({self.outer!r}, {self.inner!r}, {self.bounds!r}{self.plain_repr()})"

@@ -19,7 +19,9 @@ from llamppl.decoding.text.base import (
     check_level,
     count_marks,
     in_order_needs,
+    last_word_need,
     norm_unit,
+    plain_flag,
     spelled_budget,
     target_key,
     target_keys,
@@ -50,10 +52,21 @@ class UnitsAt(TextStructure):
 
     Prefix check: a certain unit at a position must equal its target, and so may the word
     being written (``"jaw"`` may still come from ``"ja"``, never from ``"Sure"``). Negative
-    positions are checked only on the finished text. No budget of its own.
+    positions count from the end, which no prefix knows: they are checked on the finished
+    text (next to an exact count of the same units a conjunction adds the positive position,
+    and next to a cap on the word count the last words once the cap is reached:
+    :class:`~llamppl.decoding.text.counts.UnitCount`'s ``implied``).
+
+    Budget (words): every target at a position ``>= 0`` not yet certain needs its fewest
+    spelling tokens (summed unless one token can hold two of them:
+    :func:`~llamppl.decoding.text.spelling.can_share`); the last word (``-1``) needs the
+    tokens that finish the word being written as the target or write it anew, none when the
+    text may end on it now (:func:`~llamppl.decoding.text.base.last_word_need`); another
+    negative position needs its target somewhere in the text. Positive and negative needs
+    combine by their maximum (one word may be both).
     """
 
-    def __init__(self, level: str, positions: Mapping[int, str]) -> None:
+    def __init__(self, level: str, positions: Mapping[int, str], *, plain: bool = False) -> None:
         self.level = check_level("level", level, ("word", "sentence"))
         if not isinstance(positions, Mapping) or not positions:
             raise TypeError(
@@ -64,6 +77,13 @@ class UnitsAt(TextStructure):
                 raise TypeError(f"positions keys must be integers, got {i!r}")
         self.positions = {i: target_key(t, "positions values") for i, t in positions.items()}
         self.spelled = {i: t.strip() for i, t in positions.items()}  # as given, for hints
+        self.plain = plain_flag(plain)
+
+    def target_strings(self) -> tuple[str, ...]:
+        return tuple(self.spelled.values())
+
+    def levels(self) -> frozenset[str]:
+        return frozenset({self.level})
 
     def prefix_ok(self, text: str, view: Any) -> bool:
         for i, target in self.positions.items():
@@ -87,39 +107,53 @@ class UnitsAt(TextStructure):
         return all(norm_unit(unit_at(units, i)) == t for i, t in self.positions.items())
 
     def _needs(self, lm: LanguageModel, state: str):
-        """``(spelled, needs, here, add)`` of the target words not yet certain (None: none)."""
+        """``(spelled, needs, here, total)`` of the target words still to write (None: none;
+        the class docstring's budget)."""
         if self.level != "word":
             return None
         view = self.view_of(state)
         todo = {i: t for i, t in self.positions.items() if i >= 0 and view.word_at(i) is None}
-        if not todo:
+        tail = {i: t for i, t in self.positions.items() if i < 0}
+        if not todo and not tail:
             return None
-        add = not (can_share(lm, list(todo.values())) or layout_facts(lm).inner_space)
         here = state[view.anchor :].lower()
-        at = len(view.flat) + len(view.open_flat)  # the index of the word being written
-        spelled = [spelling(lm, todo[i], word=True) for i in sorted(todo)]
-        if view.exact:  # only the word being written may be under way
-            needs = [
-                word_need(sp, view, here, set()) if i == at else sp.fresh
-                for i, sp in zip(sorted(todo), spelled)
-            ]
-        else:
-            needs = in_order_needs(spelled, here)
-        return spelled, needs, here, add
+        spelled, needs = [], []
+        if todo:
+            at = len(view.flat) + len(view.open_flat)  # the index of the word being written
+            spelled = [spelling(lm, todo[i], word=True) for i in sorted(todo)]
+            if view.exact:  # only the word being written may be under way
+                needs = [
+                    word_need(sp, view, here, set()) if i == at else sp.fresh
+                    for i, sp in zip(sorted(todo), spelled)
+                ]
+            else:
+                needs = in_order_needs(spelled, here)
+        add = not (can_share(lm, list(todo.values())) or layout_facts(lm).inner_space)
+        total = (sum(needs) if add else max([0, *needs])) if needs else 0
+        if tail:
+            present = {tu.normalize(w) for w in view.flat + view.open_flat}
+            for i in sorted(tail):
+                sp = spelling(lm, tail[i], word=True)
+                need = (
+                    last_word_need(sp, view, here)
+                    if i == -1
+                    else word_need(sp, view, here, present)
+                )
+                spelled.append(sp)
+                needs.append(need)
+                total = max(total, need)
+        return spelled, needs, here, total
 
     def _budget(self, lm: LanguageModel, state: str, tokens_left: int):
         found = self._needs(lm, state)
         if found is None:
             return True, None
-        spelled, needs, here, add = found
-        return spelled_budget(lm, spelled, needs, here, tokens_left, add=add)
+        spelled, needs, here, total = found
+        return spelled_budget(lm, spelled, needs, here, tokens_left, total=total)
 
     def need(self, lm: LanguageModel, state: str) -> int:
         found = self._needs(lm, state)
-        if found is None:
-            return 0
-        _, needs, _, add = found
-        return sum(needs) if add else max([0, *needs])
+        return 0 if found is None else found[3]
 
     def missing(self, lm: LanguageModel, state: str) -> int:
         """Targets whose unit is not yet certain (a certain unit that differs is a dead end
@@ -133,7 +167,9 @@ class UnitsAt(TextStructure):
         """The first token of the target word at the position being written, as given and
         lower-cased: the rest of it while the word being written may still become it, else
         (after a space, or after a finished word) the whole word. ``()`` when no target is
-        due or the prefix's words are not certain."""
+        due or the prefix's words are not certain. A position from the end is never due by
+        itself (a cap on the word count says when it is:
+        :class:`~llamppl.decoding.text.joint.CappedLastWords`)."""
         if self.level != "word":
             return ()
         view = self.view_of(state)
@@ -157,15 +193,15 @@ class UnitsAt(TextStructure):
         return list(dict.fromkeys([self.spelled[i], self.spelled[i].lower()]))
 
     def reachable(self, lm: LanguageModel, state: str, tokens_left: int) -> bool:
-        """Every target word not yet certain needs its fewest spelling tokens (summed unless
-        one token can hold two of them: :func:`~llamppl.decoding.text.budget.can_share`)."""
+        """The class docstring's budget: False when the targets still to write need more
+        tokens than are left."""
         return self._budget(lm, state, tokens_left)[0]
 
     def budget_mask(self, lm: LanguageModel, state: str, tokens_left: int) -> torch.Tensor | None:
         return self._budget(lm, state, tokens_left)[1]
 
     def __repr__(self) -> str:
-        return f"units_at({self.level!r}, {self.positions!r})"
+        return f"units_at({self.level!r}, {self.positions!r}{self.plain_repr()})"
 
 
 class EachAt(TextStructure):
@@ -195,6 +231,8 @@ class EachAt(TextStructure):
         index: int,
         targets: str | Sequence[str],
         min_inner: int = 0,
+        *,
+        plain: bool = False,
     ) -> None:
         if (outer, inner) not in (("sentence", "word"), ("paragraph", "sentence")):
             raise ValueError(
@@ -215,6 +253,14 @@ class EachAt(TextStructure):
         self.spelled = (  # as given, for hints
             () if isinstance(targets, str) else tuple(t.strip() for t in targets)
         )
+        self.raw_targets = (targets,) if isinstance(targets, str) else tuple(targets)
+        self.plain = plain_flag(plain)
+
+    def target_strings(self) -> tuple[str, ...]:
+        return self.raw_targets
+
+    def levels(self) -> frozenset[str]:
+        return frozenset({self.outer, self.inner})
 
     def _target(self, k: int) -> str | None:
         if isinstance(self.targets, str):
@@ -380,5 +426,5 @@ class EachAt(TextStructure):
     def __repr__(self) -> str:
         return (
             f"each_at({self.outer!r}, {self.inner!r}, {self.index}, {self.targets!r}"
-            f"{f', min_inner={self.min_inner}' if self.min_inner else ''})"
+            f"{f', min_inner={self.min_inner}' if self.min_inner else ''}{self.plain_repr()})"
         )

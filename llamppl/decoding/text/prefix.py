@@ -19,9 +19,10 @@ How a prefix is read
    :func:`~llamppl.decoding.text.finality.final_sentence_spans` calls final (Punkt's decision
    can no longer change, one or two chunks after the mark), and one rule of our own that
    decides a boundary one chunk earlier: when the last chunk of the first open sentence is
-   a run of ASCII letters followed by a single ``?`` or ``!``, or by ``.`` after at least two
-   letters that are neither an abbreviation of the Punkt model nor the first word of one
-   of its collocations, and whitespace then a letter follow, the boundary is certain.
+   a run of ASCII letters (apostrophes inside allowed: ``Barnaby's``) followed by a single
+   ``?`` or ``!``, or by ``.`` after at least two letters that are neither an abbreviation of
+   the Punkt model nor the first word of one of its collocations, and whitespace then a
+   letter follow, the boundary is certain.
    (Punkt's first pass marks such a period as a break; its second pass only revises breaks
    after abbreviations, initials, ellipses, numbers and collocations, none of which applies;
    a next sentence that starts with a letter is never realigned. ``?`` and ``!`` are breaks
@@ -71,14 +72,17 @@ __all__ = [
     "MEMO_SIZE",
     "analyze",
     "sentence_of",
+    "floor_words",
+    "word_floor",
 ]
 
 _ASCII_WS = frozenset(string.whitespace)
 _MARK = re.compile(r"[.?!]")
 _BAD_IN_CHUNK = re.compile(r"[.?!\s]")
 _OPEN_WORD = re.compile(r"([A-Za-z]+)([,;:]?)")
-_MARK_CHUNK = re.compile(r"([A-Za-z]+)([.?!])")
+_MARK_CHUNK = re.compile(r"([A-Za-z]+(?:'[A-Za-z]+)*)([.?!])")
 _COMPLETE_CHUNK = re.compile(f"[^{re.escape(string.whitespace)}]+[{re.escape(string.whitespace)}]")
+_ALNUM = re.compile(r"[^\W_]")  # a letter or digit
 _CONTRACTIONS = (
     ("can", "cannot"),
     ("gim", "gimme"),
@@ -356,3 +360,44 @@ def analyze(text: str, parent: str | None = None) -> Analysis:
         result = _region(text, anchor, sentences, flat, anchor, ())
     _ANALYSES.put(text, result)
     return result
+
+
+def floor_words(text: str, view: Analysis) -> tuple[tuple[str, str], ...]:
+    """The fewest words of the open region ``text[view.anchor:]``, one entry per word, read
+    chunk by chunk (whitespace-separated pieces; the Treebank rules split only within them,
+    and a sentence boundary only cuts one in two):
+
+    - ``("word", w)``: a word of a complete chunk (whitespace follows) that starts with an
+      ASCII letter and holds no ``.``, ``?`` or ``!``: the Treebank rules give its words on
+      its own, wherever sentences start or end (``Winter's`` is ``Winter``, ``'s``);
+    - ``("chunk", c)``: another complete chunk holding a letter or digit: at least one word
+      (a token with a letter or digit is never dropped as punctuation);
+    - ``("open", c)``: the text's last chunk, when it holds a letter or digit: at least one
+      word, which may still grow.
+
+    So every continuation has at least ``len(view.flat) + len(floor_words(...))`` words
+    (:func:`word_floor`), and when that is all the words it may have, each entry is exactly
+    one word and a ``"chunk"`` compares as the chunk itself (``normalize(c)``: what the
+    Treebank rules split off it is punctuation).
+    """
+    region = text[view.anchor :]
+    chunks = region.split()
+    out: list[tuple[str, str]] = []
+    for k, chunk in enumerate(chunks):
+        if not _ALNUM.search(chunk):
+            continue
+        if k == len(chunks) - 1 and not region[-1:].isspace():
+            out.append(("open", chunk))
+        elif chunk[0].isascii() and chunk[0].isalpha() and not _BAD_IN_CHUNK.search(chunk):
+            out += [("word", w) for w in _chunk_words(chunk, False)]
+        else:
+            out.append(("chunk", chunk))
+    return tuple(out)
+
+
+def word_floor(text: str, view: Analysis) -> int:
+    """The fewest words every continuation of ``text`` has: the certain words
+    (``view.certain_words``), or the certain sentences' words and :func:`floor_words`,
+    whichever is more. Tighter than the certain words where marks or quotes leave the
+    region's words undecided (``Mr. Black endures the`` has at least 9 words)."""
+    return max(view.certain_words, len(view.flat) + len(floor_words(text, view)))

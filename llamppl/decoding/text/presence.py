@@ -13,7 +13,13 @@ from collections.abc import Sequence
 import torch
 
 from llamppl.decoding.text import units as tu
-from llamppl.decoding.text.base import TextStructure, spelled_budget, target_keys, word_need
+from llamppl.decoding.text.base import (
+    TextStructure,
+    plain_flag,
+    spelled_budget,
+    target_keys,
+    word_need,
+)
 from llamppl.decoding.text.budget import layout_facts
 from llamppl.decoding.text.prefix import Analysis
 from llamppl.decoding.text.spelling import can_share, spelling
@@ -32,8 +38,16 @@ class WordsIncluded(TextStructure):
     the LM can hold the end of one target and the start of another, else the maximum.
     """
 
-    def __init__(self, words: Sequence[str]) -> None:
+    def __init__(self, words: Sequence[str], *, plain: bool = False) -> None:
         self.words = target_keys(words, "words")
+        self.spelled = tuple(words)
+        self.plain = plain_flag(plain)
+
+    def target_strings(self) -> tuple[str, ...]:
+        return self.spelled
+
+    def levels(self) -> frozenset[str]:
+        return frozenset({"word"})
 
     def prefix_ok(self, text: str, view: Analysis) -> bool:
         return True
@@ -63,7 +77,7 @@ class WordsIncluded(TextStructure):
         return self._budget(lm, state, tokens_left)[1]
 
     def __repr__(self) -> str:
-        return f"contains_words({list(self.words)!r})"
+        return f"contains_words({list(self.words)!r}{self.plain_repr()})"
 
 
 class WordsExcluded(TextStructure):
@@ -74,8 +88,16 @@ class WordsExcluded(TextStructure):
     no certain word is banned. No budget.
     """
 
-    def __init__(self, words: Sequence[str]) -> None:
+    def __init__(self, words: Sequence[str], *, plain: bool = False) -> None:
         self.words = frozenset(target_keys(words, "words"))
+        self.spelled = tuple(words)
+        self.plain = plain_flag(plain)
+
+    def target_strings(self) -> tuple[str, ...]:
+        return self.spelled
+
+    def levels(self) -> frozenset[str]:
+        return frozenset({"word"})
 
     def prefix_ok(self, text: str, view: Analysis) -> bool:
         return not any(tu.normalize(w) in self.words for w in view.flat + view.open_flat)
@@ -84,4 +106,4 @@ class WordsExcluded(TextStructure):
         return not any(tu.normalize(w) in self.words for w in tu.words(text))
 
     def __repr__(self) -> str:
-        return f"excludes_words({sorted(self.words)!r})"
+        return f"excludes_words({sorted(self.words)!r}{self.plain_repr()})"

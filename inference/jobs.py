@@ -1,0 +1,208 @@
+"""Inference jobs and how they run in this process: :class:`Job`, :class:`JobResult`,
+:func:`jobs_grid`, :func:`run_job` (one job) and :func:`run_jobs` (many at once on one event
+loop, their particles sharing the LM's batched forwards).
+
+:func:`~llamppl.inference.distributed.run_many` is the entry point users call; it runs jobs
+here or on Ray workers, which run them with :func:`run_jobs` too::
+
+    jobs = jobs_grid(make_model, prompts=["The Fed says", "My cat"], seeds=range(4))
+    results = run(run_jobs(jobs, lm, concurrency=8))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Job",
+    "JobResult",
+    "check_jobs",
+    "jobs_grid",
+    "resolve_algorithm",
+    "run_job",
+    "run_jobs",
+]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One inference run: ``algorithm(make_model(lm, *args), seed=seed, **options)``.
+
+    ``algorithm`` is a name in :mod:`llamppl.inference` (``"smc_standard"``,
+    ``"smc_steer"``, ``"importance_sampling"``, ...) or the function itself.
+    """
+
+    make_model: Callable[..., Any]
+    args: tuple = ()
+    seed: int | None = None
+    algorithm: str | Callable[..., Any] = "smc_standard"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class JobResult:
+    """What one job returned, or why it failed (``error``, a formatted traceback).
+
+    ``particles`` are the particles' display strings (``string_for_serialization()``),
+    ``log_weights`` their final log weights, ``log_ml`` the log Ẑ estimate; ``record``
+    is the run record when the algorithm produced one (``record=True``), else None.
+    """
+
+    index: int
+    seed: int | None
+    particles: list[str] = field(default_factory=list)
+    log_weights: list[float] = field(default_factory=list)
+    log_ml: float = float("nan")
+    stats: dict[str, Any] = field(default_factory=dict)
+    record: Any = None
+    error: str | None = None
+    worker: str = ""
+    time_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the job finished without raising."""
+        return self.error is None
+
+    @property
+    def posterior(self) -> dict[str, float]:
+        """Normalised weight of each distinct particle string, largest first."""
+        import numpy as np
+
+        from llamppl.weights import normalize
+
+        acc: dict[str, float] = {}
+        if not self.log_weights:
+            return acc
+        for p, w in zip(self.particles, normalize(np.asarray(self.log_weights))):
+            if w > 0:
+                acc[p] = acc.get(p, 0.0) + float(w)
+        return dict(sorted(acc.items(), key=lambda kv: -kv[1]))
+
+
+def jobs_grid(
+    make_model: Callable[..., Any],
+    prompts: Iterable[Any],
+    seeds: Iterable[int],
+    algorithm: str | Callable[..., Any] = "smc_standard",
+    **options: Any,
+) -> list[Job]:
+    """Jobs for every ``(prompt, seed)`` pair, prompt-major: ``make_model(lm, prompt)``."""
+    seeds = list(seeds)
+    return [
+        Job(make_model, (prompt,), seed, algorithm, dict(options))
+        for prompt in prompts
+        for seed in seeds
+    ]
+
+
+def resolve_algorithm(algorithm: str | Callable[..., Any]) -> Callable[..., Any]:
+    from llamppl import inference
+
+    if callable(algorithm):
+        return algorithm
+    fn = getattr(inference, str(algorithm), None)
+    if not isinstance(algorithm, str) or not inspect.iscoroutinefunction(fn):
+        names = sorted(
+            n for n in inference.__all__ if inspect.iscoroutinefunction(getattr(inference, n))
+        )
+        raise ValueError(f"algorithm must be one of {names} or a function, got {algorithm!r}")
+    return fn
+
+
+def check_jobs(jobs: Sequence[Job]) -> list[Job]:
+    if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Iterable):
+        raise TypeError(f"jobs must be a list of Job, got {type(jobs).__name__}")
+    jobs = list(jobs)
+    for i, job in enumerate(jobs):
+        if not isinstance(job, Job):
+            raise TypeError(
+                f"jobs[{i}] must be a llamppl.distributed.Job, got {type(job).__name__}"
+            )
+        if not callable(job.make_model):
+            raise TypeError(f"jobs[{i}].make_model must be callable")
+        resolve_algorithm(job.algorithm)
+    return jobs
+
+
+def run_job(job: Job, lm: Any, index: int = 0, fresh_cache: bool = True) -> JobResult:
+    """Run one job on ``lm`` in this process; exceptions become ``JobResult.error``.
+
+    With ``fresh_cache`` the LM's cache is cleared first, so a job's result does
+    not depend on which jobs ran before it on the same worker.
+    """
+    from llamppl.runner import run
+
+    t0 = time.perf_counter()
+    out = JobResult(index=index, seed=job.seed, worker=f"pid {os.getpid()}")
+    try:
+        if fresh_cache and callable(getattr(lm, "clear_cache", None)):
+            lm.clear_cache()
+        model = job.make_model(lm, *job.args)
+        _fill(out, run(resolve_algorithm(job.algorithm)(model, seed=job.seed, **job.options)))
+    except Exception:
+        out.error = traceback.format_exc()
+    out.time_s = time.perf_counter() - t0
+    return out
+
+
+def _fill(out: JobResult, result: Any) -> None:
+    """Copy what a job keeps of its ``SMCResult`` into ``out``."""
+    out.particles = [p.string_for_serialization() for p in result.particles]
+    out.log_weights = [float(w) for w in result.log_weights]
+    out.log_ml = float(result.log_ml)
+    out.stats = dict(result.stats)
+    out.record = getattr(result, "record", None)
+
+
+async def run_jobs(
+    jobs: Sequence[Job],
+    lm: Any,
+    concurrency: int,
+    *,
+    timeout: float | None = None,
+    first_index: int = 0,
+    on_done: Callable[[JobResult], None] | None = None,
+) -> list[JobResult]:
+    """Run ``jobs`` on ``lm`` in this event loop, ``concurrency`` at a time; results in order.
+
+    The running jobs' particles await the same LM, so its coalescer serves their requests
+    in one batched forward per round. Each job keeps its own random stream (its ``seed``),
+    so its particles, weights and log Ẑ are those it has alone, on an exact LM such as
+    ``FunctionLM``; on a real model a batched kernel may round differently. A job that
+    raises, or runs past ``timeout`` seconds, gets ``JobResult.error`` and the others go on
+    (a check stuck in C code cannot be interrupted: bound checks with ``check_timeout``).
+    ``on_done(result)`` is called as each job ends (a progress bar); result indices start
+    at ``first_index``.
+    """
+    gate = asyncio.Semaphore(concurrency)
+    worker = f"pid {os.getpid()}"
+
+    async def one(i: int, job: Job) -> JobResult:
+        async with gate:
+            out = JobResult(index=first_index + i, seed=job.seed, worker=worker)
+            t0 = time.perf_counter()
+            try:
+                model = job.make_model(lm, *job.args)
+                coro = resolve_algorithm(job.algorithm)(model, seed=job.seed, **job.options)
+                _fill(out, await asyncio.wait_for(coro, timeout))
+            except asyncio.TimeoutError:
+                out.error = (
+                    f"TimeoutError: job {first_index + i} did not finish within "
+                    f"timeout={timeout:g} s"
+                )
+            except Exception:
+                out.error = traceback.format_exc()
+            out.time_s = time.perf_counter() - t0
+            if on_done is not None:
+                on_done(out)
+            return out
+
+    return list(await asyncio.gather(*(one(i, job) for i, job in enumerate(jobs))))

@@ -1,0 +1,116 @@
+"""``run_many(jobs, lm, concurrency=K)`` in this process: jobs share the LM's forwards, and a
+job's result does not depend on the company it keeps (exactly, on a ``FunctionLM``)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from llamppl import FunctionLM, LMContext, Model
+from llamppl.constraints import PredicateConstraint, max_word_length
+from llamppl.distributed import Job, jobs_grid, run_job, run_many
+from llamppl.models import HardConstraint
+
+VOCAB = ["a", "b", "c", " ", "ab", "ba", "."]
+EOS = 6
+
+
+def _logits(ctx: tuple[int, ...]) -> list[float]:
+    n, last = len(ctx), ctx[-1]
+    return [math.cos(0.8 * i + 0.5 * n + 0.3 * last) for i in range(EOS)] + [0.4 * n - 1.5]
+
+
+def lm() -> FunctionLM:
+    return FunctionLM(VOCAB, EOS, _logits)
+
+
+class AtMostOneB(Model):
+    """At most one "b"; EOS or 5 tokens end it. The prompt "boom" raises in ``step``."""
+
+    def __init__(self, lm, prompt: str) -> None:
+        super().__init__()
+        self.context = LMContext(lm, lm.encode(prompt[:1]))
+        self.prompt = prompt
+
+    async def step(self) -> None:
+        if self.prompt == "boom":
+            raise RuntimeError("this job's model fails")
+        token = await self.sample(self.context.next_token())
+        self.condition(str(self.context).count("b") <= 1)
+        if token == EOS or len(self.context.generated) >= 5:
+            self.finish()
+
+
+class Sleeps(Model):
+    """A step that awaits for good: only the job's timeout ends it."""
+
+    def __init__(self, lm, prompt: str) -> None:
+        super().__init__()
+
+    async def step(self) -> None:
+        await asyncio.sleep(3600)
+
+
+def hard(lm, prompt: str, proposal: str) -> HardConstraint:
+    no_cc = PredicateConstraint(lambda t: "cc" not in t)  # costly: checked lazily
+    c = max_word_length(2) if proposal == "mask" else no_cc
+    return HardConstraint(lm, lm.encode(prompt), c, proposal, 5)
+
+
+def _same(a, b) -> None:
+    assert (a.error, a.particles, a.log_weights, a.seed) == (
+        b.error,
+        b.particles,
+        b.log_weights,
+        b.seed,
+    )
+    assert a.log_ml == b.log_ml or (math.isnan(a.log_ml) and math.isnan(b.log_ml))
+
+
+JOBS = jobs_grid(AtMostOneB, ["a", "b", "ab"], seeds=[0, 1], n_particles=6) + [
+    Job(hard, ("a", p), s, "smc_standard", {"n_particles": 6})
+    for p in ("mask", "lazy", "sample")
+    for s in (3, 4)
+]
+
+
+@pytest.mark.parametrize("concurrency", [1, 5, 12])
+def test_jobs_at_once_equal_one_after_another(concurrency):
+    serial = [run_job(job, lm(), i) for i, job in enumerate(JOBS)]
+    shared = lm()
+    got = run_many(JOBS, shared, concurrency=concurrency, progress=False)
+    assert len(got) == 12 and all(r.ok for r in got)
+    for a, b in zip(got, serial):
+        _same(a, b)
+    assert [r.index for r in got] == list(range(12))
+
+
+def test_jobs_at_once_share_the_lms_batches():
+    one_by_one = lm()
+    for i, job in enumerate(JOBS):
+        run_job(job, one_by_one, i, fresh_cache=False)
+    together = lm()
+    run_many(JOBS, together, concurrency=12, progress=False)
+    # every round serves all running jobs' particles in one batch: far fewer calls
+    assert together.stats.batch_calls < 0.5 * one_by_one.stats.batch_calls
+
+
+def test_a_failing_or_overdue_job_is_reported_and_the_rest_are_unchanged(capsys):
+    jobs = list(JOBS[:6]) + [Job(AtMostOneB, ("boom",), 0, options={"n_particles": 4})]
+    jobs += [Job(Sleeps, ("a",), 0, options={"n_particles": 2})]
+    got = run_many(jobs, lm(), concurrency=8, timeout=2.0, progress=True)
+    assert "RuntimeError: this job's model fails" in got[6].error
+    assert got[7].error.startswith("TimeoutError: job 7 did not finish within timeout=2 s")
+    for i in range(6):
+        _same(got[i], run_job(jobs[i], lm(), i))
+    assert "run_many" in capsys.readouterr().err  # one bar over jobs
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="concurrency must be a positive integer"):
+        run_many(JOBS[:1], lm(), concurrency=0)
+    with pytest.raises(TypeError, match="lm must be a LanguageModel"):
+        run_many(JOBS[:1], "smollm")
+    assert run_many([], lm()) == []
