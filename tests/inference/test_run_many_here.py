@@ -74,6 +74,15 @@ JOBS = jobs_grid(AtMostOneB, ["a", "b", "ab"], seeds=[0, 1], n_particles=6) + [
     for p in ("mask", "lazy", "sample")
     for s in (3, 4)
 ]
+#: every engine at once with the others: each equals its run alone
+ENGINES = [
+    Job(AtMostOneB, ("ab",), 5, "smc_steer", {"n_particles": 4, "n_beam": 3}),
+    Job(AtMostOneB, ("b",), 6, "importance_sampling", {"n_particles": 5}),
+    Job(AtMostOneB, ("a",), 7, "csmc_standard", {"n_particles": 4}),
+    Job(hard, ("b", "lazy"), 9, "smc_steer", {"n_particles": 4, "n_beam": 2}),
+    Job(hard, ("b", "mask"), 10, "importance_sampling", {"n_particles": 4}),
+    Job(hard, ("b", "sample"), 11, "csmc_standard", {"n_particles": 4}),
+]
 
 
 @pytest.mark.parametrize("concurrency", [1, 5, 12])
@@ -85,6 +94,14 @@ def test_jobs_at_once_equal_one_after_another(concurrency):
     for a, b in zip(got, serial):
         _same(a, b)
     assert [r.index for r in got] == list(range(12))
+
+
+def test_every_engine_at_once_equals_its_run_alone():
+    jobs = ENGINES + list(JOBS[:4])
+    serial = [run_job(job, lm(), i) for i, job in enumerate(jobs)]
+    for a, b in zip(run_many(jobs, lm(), concurrency=len(jobs), progress=False), serial):
+        assert a.ok, a.error
+        _same(a, b)
 
 
 def test_jobs_at_once_share_the_lms_batches():
