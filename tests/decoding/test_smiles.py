@@ -27,17 +27,13 @@ from llamppl.decoding.constraints import CheckTimeout, bounded_call, time_bound
 
 ps = pytest.importorskip("partialsmiles")
 
-GDB17 = Path(__file__).resolve().parents[3] / "shared" / "data" / "molecular_synthesis"
-GDB17 = GDB17 / "GDB17_sample.txt"
-FALLBACK = ["BrC1=C2C3C4C3N(CC4C#C)C2=NC(=O)S1", "CC(=O)Oc1ccccc1C(=O)O", "C1CC1C(=O)O"]
+GDB17 = Path(__file__).resolve().parents[1] / "data" / "molecules" / "GDB17_sample.txt"
 ALPHABET = "CcNnOoSsPpBbFIlr[]()=#-+@H0123456789%./\\$AaZzTtMeg*"
 
 
 def molecules() -> list[str]:
-    """The GDB-17 sample of the shared data, or three molecules when it is not there."""
-    if GDB17.is_file():
-        return [line.strip() for line in GDB17.read_text().splitlines() if line.strip()]
-    return FALLBACK
+    """The GDB-17 sample (30 molecules, kept in ``tests/data/molecules``)."""
+    return [line.strip() for line in GDB17.read_text().splitlines() if line.strip()]
 
 
 def raw_partial(text: str) -> bool:
