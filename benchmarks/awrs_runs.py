@@ -239,7 +239,7 @@ def main(task: str, argv: list[str] | None = None) -> None:
     The last line printed is machine-readable: ``{"awrs_report": [...]}`` (one row per method).
     """
     parser = argparse.ArgumentParser(
-        description=f"The {task} benchmark of issue 30 (llamppl side)."
+        description=f"The {task} benchmark of the AWRS paper (llamppl side)."
     )
     parser.add_argument("--instances", type=positive_int, default=4 if task == "molecules" else 8)
     parser.add_argument("--seed", type=nonnegative_int, default=T.PEER_SEED, help="instance draw")

@@ -1,4 +1,4 @@
-r"""The molecule and pattern tasks of issue #30: instances, prompts, stop rule and checks.
+r"""The molecule and pattern tasks of the AWRS paper: instances, prompts, stop rule and checks.
 
 Shared by our benchmarks (``bench_molecules.py``, ``bench_patterns.py``) and the
 genlm-control peer (``peers/genlm_awrs.py``), so both sides build the same prompts and check

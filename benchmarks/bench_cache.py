@@ -5,7 +5,7 @@
     - HF manual decode loop at batch N with a ``DynamicCache``, forcing those tokens;
     - ``CachedCausalLM``: the same tokens forced, all N contexts awaited per step, the
       shared prompt read once per layer (``share_prefix``) and, in the same process, per
-      row (``share_prefix=False``, the layout before issue 20).
+      row (``share_prefix=False``, the per-row layout).
     Prefill and decode (the T - 1 following steps) are timed apart. ``--forced random``:
     seeded random tokens, every row distinct (``generate`` copies a long repeated prompt,
     giving every row the same tokens). ``--hf-prefill once``: HF's prompt at batch 1, its

@@ -1,4 +1,4 @@
-"""COLLIE-v1 (issue 31): SmolLM2-135M steered by SMC with exact text-structure constraints.
+"""COLLIE-v1: SmolLM2-135M steered by SMC with exact text-structure constraints.
 
 Yao et al. (2023), "COLLIE: Systematic Construction of Constrained Text Generation Tasks".
 For ``--per-structure K`` distinct prompts of each of the 13 structures (a seeded choice,

@@ -1,4 +1,4 @@
-"""The molecules benchmark of issue 30: llamppl's methods beside genlm-control AWRS-SMC.
+"""The molecules benchmark (AWRS paper): llamppl's methods beside genlm-control AWRS-SMC.
 
 Same LM (SmolLM2-135M-Instruct), prompts, stop rule and metric as the peer
 (``benchmarks/awrs_tasks.py``); the peer runs in its own venv

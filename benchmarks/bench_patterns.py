@@ -1,4 +1,4 @@
-"""The patterns benchmark of issue 30: llamppl's methods beside genlm-control AWRS-SMC.
+"""The patterns benchmark (AWRS paper): llamppl's methods beside genlm-control AWRS-SMC.
 
 Same LM (SmolLM2-135M-Instruct), prompts, stop rule and metric as the peer
 (``benchmarks/awrs_tasks.py``); the peer runs in its own venv

@@ -21,8 +21,9 @@ import numpy as np
 import torch
 
 from llamppl import CachedCausalLM, LMContext, run
+from llamppl.constraints import max_word_length
 from llamppl.inference import smc_steer
-from llamppl.models import HardConstraint, max_word_length
+from llamppl.models import HardConstraint
 from llamppl.row_sampling import sample_index
 
 

@@ -249,6 +249,8 @@ async def csmc_standard(
         raise :class:`~llamppl.inference.steps.StepLimitError`; its ``.result`` (a
         :class:`CSMCResult`) holds the run so far.
 
+    Notes
+    -----
     Resampling is multinomial: slot 0 keeps ancestor 0, the N − 1 free slots draw
     ancestors i.i.d. ∝ w_t (the conditional multinomial resampling of ADH 2010).
     ``log_ml`` is ``log (1/N) Σ w_T`` as in ``smc_standard``; it is not an unbiased

@@ -131,6 +131,8 @@ def run_many(
         ``TimeoutError``) and the others go on; on Ray a worker whose batch overruns is
         killed and replaced. None (default): no limit.
 
+    Notes
+    -----
     On Ray, a local cluster is started if none is running (``ray.init()``); call
     ``ray.init(address=...)`` first to use a cluster. A worker that dies is replaced and
     its jobs reported failed.

@@ -64,7 +64,8 @@ A text constraint sees the concatenation of ``lm.vocab[t]`` over the generated t
 
     from llamppl import CachedCausalLM, run
     from llamppl.inference import smc_steer
-    from llamppl.models import HardConstraint, max_word_length
+    from llamppl.constraints import max_word_length
+    from llamppl.models import HardConstraint
     lm = CachedCausalLM.default()
     model = HardConstraint(lm, "The Fed says", max_word_length(5), max_tokens=20)
     result = run(smc_steer(model, n_particles=8, n_beam=3, seed=0))

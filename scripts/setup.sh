@@ -8,7 +8,7 @@
 #
 # The library's own requirements in pyproject.toml stay ranges, so users get new releases; the lock
 # only fixes what this repository's CI installs, so that an upstream release cannot turn CI red
-# between two sessions. `bash scripts/test.sh --latest` checks the newest releases on purpose and,
+# between two runs. `bash scripts/test.sh --latest` checks the newest releases on purpose and,
 # when green, refreshes the lock (scripts/lock.sh).
 #
 # CPU-only torch is installed first when no torch is present, so pip never pulls a multi-GB CUDA

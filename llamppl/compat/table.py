@@ -1,4 +1,4 @@
-"""THE compatibility table: every LLaMPPL / hfppl spelling (and every earlier name), old -> ours.
+"""THE compatibility table: every LLaMPPL / hfppl spelling (and every alias of ours), old -> ours.
 
 One row per spelling. A key names the old spelling, a value names what it is here; both are
 paths, ``"package.module"`` or ``"package.module:name"`` / ``"package.module:Class.attribute"``

@@ -1,4 +1,4 @@
-"""Host syncs per SMC step do not grow with the number of particles (issue 20, item 2).
+"""Host syncs per SMC step do not grow with the number of particles.
 
 A ``TorchFunctionMode`` counts every tensor method that reads a value back to the
 host (``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()``, ``int()``, ``float()``,

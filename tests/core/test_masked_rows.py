@@ -6,7 +6,7 @@ renormalised (LLaMPPL §2.2, proposal M'), ``gather_row(row, i, mask)`` and
 particle of a round in one ``[N, V]`` computation. The draws must be
 :func:`~llamppl.row_sampling.sample_index`'s on the masked ``log_softmax`` with the same
 uniform, the log-normaliser exactly ``logsumexp`` over the allowed entries, and the
-DSL must no longer build a masked log-softmax per particle.
+DSL builds no masked log-softmax per particle.
 """
 
 from __future__ import annotations

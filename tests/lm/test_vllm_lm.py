@@ -33,7 +33,7 @@ from llamppl.lm.vllm.lm import VLLMLM  # noqa: E402
 
 # fp32 on both sides. The two engines compute the same function with different kernels
 # (vLLM's fused CPU attention/RMSNorm vs PyTorch SDPA) so they differ by float32 round-off:
-# measured max |Δ log p| 4.8e-5 over 49,152 entries (issue 14: <= 8.2e-5 against transformers),
+# measured max |Δ log p| 4.8e-5 over 49,152 entries (at most 8.2e-5 against transformers),
 # the same order as CachedCausalLM's own 1e-4 contract against a fresh forward. A bug
 # (wrong row, wrong position, unnormalised logits) gives errors of order 1 or more.
 TOL = 2e-4
@@ -236,7 +236,8 @@ def _same_run(live, trie) -> None:
 
 def test_live_library_programs_run_unchanged(vlm, make_lm):
     """HardConstraint, generate_json and power_smc give the trie's runs on live requests."""
-    from llamppl.models import HardConstraint, generate_json, max_word_length, power_smc
+    from llamppl.constraints import max_word_length
+    from llamppl.models import HardConstraint, generate_json, power_smc
 
     schema = {
         "type": "object",

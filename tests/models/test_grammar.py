@@ -12,10 +12,11 @@ import torch
 from grammar_lms import assert_exact, brute_force, wavy_lm
 
 from llamppl import FunctionLM, run
+from llamppl.constraints import Grammar
 from llamppl.decoding.grammar.engine import mask_batcher
 from llamppl.decoding.proposals.constrained_tokens import mask_calls
 from llamppl.inference import enumerate_exact, smc_standard
-from llamppl.models import Grammar, GrammarConstraint
+from llamppl.models import GrammarConstraint
 from llamppl.models.grammar import MaskedNextToken
 
 pytest.importorskip("llguidance")

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from llamppl import FunctionLM, run
+from llamppl.constraints import banned_words, max_word_length, regex_prefix
 from llamppl.decoding.constraints.protocol import AllOf, Constraint, PredicateConstraint
 from llamppl.decoding.text.characters import MaxWordLength
 from llamppl.inference import enumerate_exact, smc_standard, smc_steer
-from llamppl.models import HardConstraint, banned_words, max_word_length, regex_prefix
+from llamppl.models import HardConstraint
 
 VOCAB = ["a", "A", "bc", " ", "!", "b a ", "<eos>"]
 EOS = 6

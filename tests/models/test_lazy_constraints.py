@@ -17,11 +17,12 @@ import pytest
 from exact_reference import assert_unbiased_paths, weighted_paths
 
 from llamppl import FunctionLM, run
+from llamppl.constraints import max_word_length, regex_prefix
 from llamppl.decoding.constraints.protocol import PredicateConstraint
 from llamppl.decoding.constraints.time_bound import CheckTimeout, time_bound
 from llamppl.decoding.proposals.lazy import EXHAUST_AFTER
 from llamppl.inference import enumerate_exact, importance_sampling, smc_standard
-from llamppl.models import HardConstraint, max_word_length, regex_prefix
+from llamppl.models import HardConstraint
 
 VOCAB = ["a", "b", "ab", "c\n", "\n", "ba", "<eos>"]
 EOS = 6

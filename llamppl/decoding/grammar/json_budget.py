@@ -35,8 +35,8 @@ compiles a schema takes them, as ``budget=`` (``None``: :data:`DEFAULT_BUDGET`;
     budget = JSONBudget(max_string_length=64, max_array_items=8)
     generate_json(lm, prompt, schema, budget=budget)
 
-The five separate keywords of earlier versions (``whitespace=``, ``max_string_length=``,
-``max_array_items=``, ``closed_objects=``, ``max_decimals=``) are still accepted, as rows of
+The five separate keywords (``whitespace=``, ``max_string_length=``,
+``max_array_items=``, ``closed_objects=``, ``max_decimals=``) are accepted too, as rows of
 the compatibility table (:mod:`llamppl.compat`), which turns them into this value.
 """
 

@@ -43,6 +43,8 @@ class GrammarLogitsProcessor(LogitsProcessor):
     grammar, json_schema, regex, lark
         Exactly one, as for :class:`~llamppl.models.GrammarConstraint`.
 
+    Notes
+    -----
     One processor serves one ``generate`` call (it remembers the prompt length and
     the rows' matchers); make a new one per call.
     """
