@@ -12,6 +12,7 @@ here or on Ray workers, which run them with :func:`run_jobs` too::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import os
 import time
@@ -37,6 +38,10 @@ class Job:
 
     ``algorithm`` is a name in :mod:`llamppl.inference` (``"smc_standard"``,
     ``"smc_steer"``, ``"importance_sampling"``, ...) or the function itself.
+
+    A library program that is a function of the LM rather than a :class:`~llamppl.Model`
+    (``power_smc``, ``speculative_smc``, ``generate_json_async``, ``mh_power_sampling``)
+    is a job through :meth:`call`: ``await fn(lm, *args, seed=seed, **options)``.
     """
 
     make_model: Callable[..., Any]
@@ -44,6 +49,23 @@ class Job:
     seed: int | None = None
     algorithm: str | Callable[..., Any] = "smc_standard"
     options: dict[str, Any] = field(default_factory=dict)
+    driver: bool = False
+
+    @classmethod
+    def call(
+        cls, fn: Callable[..., Any], *args: Any, seed: int | None = None, **options: Any
+    ) -> Job:
+        """The job ``await fn(lm, *args, seed=seed, **options)``: a program run by a function.
+
+        ``fn`` is an ``async`` function whose first argument is the LM and which takes the
+        run option ``seed``, e.g. ``Job.call(power_smc, "The Fed says", alpha=4.0,
+        n_particles=16, seed=0)``. Its return value goes to :attr:`JobResult.output`
+        (without the run and particle objects it holds, which refer to the LM); its
+        ``.result`` (an :class:`~llamppl.inference.SMCResult`) fills the particles,
+        weights and log Ẑ. Work counters a driver reads off the LM (SMC-SD's
+        ``target_forwards``) count the forwards of the jobs running beside it too.
+        """
+        return cls(fn, tuple(args), seed, "call", dict(options), driver=True)
 
 
 @dataclass
@@ -53,6 +75,8 @@ class JobResult:
     ``particles`` are the particles' display strings (``string_for_serialization()``),
     ``log_weights`` their final log weights, ``log_ml`` the log Ẑ estimate; ``record``
     is the run record when the algorithm produced one (``record=True``), else None.
+    ``output`` is what a :meth:`Job.call` job's function returned (its ``result`` and
+    ``particle`` fields emptied, so it pickles without the LM), else None.
     """
 
     index: int
@@ -65,6 +89,7 @@ class JobResult:
     error: str | None = None
     worker: str = ""
     time_s: float = 0.0
+    output: Any = None
 
     @property
     def ok(self) -> bool:
@@ -128,8 +153,23 @@ def check_jobs(jobs: Sequence[Job]) -> list[Job]:
             )
         if not callable(job.make_model):
             raise TypeError(f"jobs[{i}].make_model must be callable")
-        resolve_algorithm(job.algorithm)
+        if not job.driver:
+            resolve_algorithm(job.algorithm)
     return jobs
+
+
+def start(job: Job, lm: Any) -> Any:
+    """The coroutine that runs ``job`` on ``lm`` (a program's algorithm, or a driver call)."""
+    if job.driver:
+        coro = job.make_model(lm, *job.args, seed=job.seed, **job.options)
+        if not inspect.isawaitable(coro):
+            raise TypeError(
+                f"Job.call needs an async function (power_smc, generate_json_async, ...); "
+                f"{job.make_model!r} returned {type(coro).__name__}"
+            )
+        return coro
+    model = job.make_model(lm, *job.args)
+    return resolve_algorithm(job.algorithm)(model, seed=job.seed, **job.options)
 
 
 def run_job(job: Job, lm: Any, index: int = 0, fresh_cache: bool = True) -> JobResult:
@@ -145,8 +185,7 @@ def run_job(job: Job, lm: Any, index: int = 0, fresh_cache: bool = True) -> JobR
     try:
         if fresh_cache and callable(getattr(lm, "clear_cache", None)):
             lm.clear_cache()
-        model = job.make_model(lm, *job.args)
-        _fill(out, run(resolve_algorithm(job.algorithm)(model, seed=job.seed, **job.options)))
+        _fill(out, run(start(job, lm)))
     except Exception:
         out.error = traceback.format_exc()
     out.time_s = time.perf_counter() - t0
@@ -154,12 +193,25 @@ def run_job(job: Job, lm: Any, index: int = 0, fresh_cache: bool = True) -> JobR
 
 
 def _fill(out: JobResult, result: Any) -> None:
-    """Copy what a job keeps of its ``SMCResult`` into ``out``."""
+    """Copy what a job keeps of its ``SMCResult`` (or a driver's result) into ``out``."""
+    if not hasattr(result, "particles"):  # a driver's own result type
+        out.output = _detached(result)
+        result = getattr(result, "result", None)
+        if result is None or not hasattr(result, "particles"):
+            return
     out.particles = [p.string_for_serialization() for p in result.particles]
     out.log_weights = [float(w) for w in result.log_weights]
     out.log_ml = float(result.log_ml)
     out.stats = dict(result.stats)
     out.record = getattr(result, "record", None)
+
+
+def _detached(value: Any) -> Any:
+    """A driver's result without the fields that hold the run's particles (and so the LM)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = {f.name for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **{n: None for n in ("result", "particle") if n in names})
+    return value
 
 
 async def run_jobs(
@@ -190,9 +242,7 @@ async def run_jobs(
             out = JobResult(index=first_index + i, seed=job.seed, worker=worker)
             t0 = time.perf_counter()
             try:
-                model = job.make_model(lm, *job.args)
-                coro = resolve_algorithm(job.algorithm)(model, seed=job.seed, **job.options)
-                _fill(out, await asyncio.wait_for(coro, timeout))
+                _fill(out, await asyncio.wait_for(start(job, lm), timeout))
             except asyncio.TimeoutError:
                 out.error = (
                     f"TimeoutError: job {first_index + i} did not finish within "

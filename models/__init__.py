@@ -23,7 +23,7 @@ from .power_sampling import PowerSampling, low_temperature_decode, power_smc
 from .prompt_intersection import PromptIntersection
 from .specs import beam_search, specs
 from .speculative import SpeculativeDecoding, SpeculativeResult, speculative_smc
-from .structured import StructuredResult, generate_json
+from .structured import StructuredResult, generate_json, generate_json_async
 
 __all__ = [
     "specs",
@@ -50,5 +50,6 @@ __all__ = [
     "GrammarConstraint",
     "GrammarLogitsProcessor",
     "generate_json",
+    "generate_json_async",
     "StructuredResult",
 ]

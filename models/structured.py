@@ -35,7 +35,13 @@ from llamppl.validation import check_positive_int
 
 from .grammar import GrammarConstraint
 
-__all__ = ["generate_json", "StructuredResult", "schema_prompt", "SCHEMA_INSTRUCTION"]
+__all__ = [
+    "generate_json",
+    "generate_json_async",
+    "StructuredResult",
+    "schema_prompt",
+    "SCHEMA_INSTRUCTION",
+]
 
 DEFAULT_MAX_TOKENS = 256
 SCHEMA_INSTRUCTION = "You need to generate a JSON object that matches the schema below."
@@ -179,6 +185,49 @@ def generate_json(
     -------
     StructuredResult
     """
+    return run(
+        generate_json_async(
+            lm,
+            prompt,
+            schema,
+            n_particles,
+            seed,
+            proposal=proposal,
+            max_tokens=max_tokens,
+            budget=budget,
+            fast_forward=fast_forward,
+            predicate=predicate,
+            chat=chat,
+            ess_threshold=ess_threshold,
+            resampling=resampling,
+            **options,
+        )
+    )
+
+
+async def generate_json_async(
+    lm: LanguageModel,
+    prompt: str | Sequence[int],
+    schema: Any,
+    n_particles: int = 16,
+    seed: int | np.random.Generator | None = None,
+    *,
+    proposal: str = "mask",
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    budget: JSONBudget | None = None,
+    fast_forward: bool = True,
+    predicate: Any = None,
+    chat: bool = False,
+    ess_threshold: float | None = None,
+    resampling: str = "systematic",
+    **options: Any,
+) -> StructuredResult:
+    """:func:`generate_json` as a coroutine: await it in an event loop, or run many at once.
+
+    The same arguments and result as :func:`generate_json`; runs of several requests
+    awaited together (``asyncio.gather``, or ``run_many`` with
+    ``Job.call(generate_json_async, prompt, schema, seed=s)``) share the LM's forwards.
+    """
     from llamppl.inference import SMC, Never, ess_rule, run_population
     from llamppl.inference.options import options_from
 
@@ -204,7 +253,7 @@ def generate_json(
     else:
         threshold = 0.5 if ess_threshold is None else ess_threshold
         engine = SMC(ess_rule(threshold, resampling), "smc_standard")
-    result = run(run_population(model, n, engine, run_opts))
+    result = await run_population(model, n, engine, run_opts)
     failures = dict(Counter(p.failure for p in result.particles if p.failure is not None))
     if result.log_ml == -float("inf"):
         warnings.warn(
