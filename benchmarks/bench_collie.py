@@ -25,7 +25,10 @@ constraint (``llamppl.constraints.token_budget``), never from the prompt's id. P
 over structures it reports satisfaction (with a 95 % interval: Wilson per structure, a
 stratified bootstrap for the average), the mean log-probability per generated token under
 the LM (temperature 1, end token included) and the median CPU seconds per instance. Torch
-runs on one thread. Records go to ``--out`` (one JSON line per method and instance)::
+runs on one thread. Problems run ``--concurrency`` at a time in one process, sharing the
+LM's forwards (``benchmarks/_concurrency.py``; default: all, within a row bound), with
+CPU seconds per problem its share of the process's. Records go to ``--out`` (one JSON line
+per method and instance)::
 
     .venv/bin/python benchmarks/bench_collie.py --per-structure 2 --particles 8
 
@@ -48,6 +51,7 @@ from typing import Any
 
 import torch
 from _args import nonnegative_int, positive_int
+from _concurrency import add_concurrency_argument, concurrency, solve_all
 
 METHODS = ("plain", "lcd", "smc")
 ANCHORS = {  # published outputs judged with the same checker (shared data README)
@@ -68,32 +72,25 @@ ANCHORS = {  # published outputs judged with the same checker (shared data READM
 ANCHOR_AVERAGES = (47.6, 24.4, 14.5, 14.3)  # GPT-4, GPT-3.5, Alpaca-7B, Vicuna-7B
 
 
-def _mean_logprob(lm: Any, particle: Any) -> float | None:
+async def _mean_logprob(lm: Any, particle: Any) -> float | None:
     """Mean log-probability per generated token under the LM (temperature 1)."""
-    from llamppl import run
-
     ctx = particle.context
     gen = ctx.generated
     if not gen:
         return None
-
-    async def total() -> float:
-        s = 0.0
-        for k in range(len(gen)):
-            row = await lm.next_token_logprobs(ctx.tokens[: ctx.prompt_length + k])
-            s += float(row[gen[k]])
-        return s
-
-    return run(total()) / len(gen)
+    total = 0.0
+    for k in range(len(gen)):
+        row = await lm.next_token_logprobs(ctx.tokens[: ctx.prompt_length + k])
+        total += float(row[gen[k]])
+    return total / len(gen)
 
 
-def run_method(
-    method: str, lm: Any, inst: dict, n: int, seed: int, plain: bool = True
+async def solve(
+    lm: Any, method: str, inst: dict, n: int, plain: bool = True, *, seed: int
 ) -> dict[str, Any]:
-    """One method on one instance: the returned text, its judgement and costs."""
+    """One method on one instance: the returned text, its judgement and its work."""
     from collie_judge import judge
 
-    from llamppl import run
     from llamppl.constraints import collie_constraint, token_budget
     from llamppl.inference import importance_sampling, smc_standard
     from llamppl.models import HardConstraint
@@ -102,20 +99,19 @@ def run_method(
     # plain characters (the library's default) for LCD and SMC unless turned off
     constraint = collie_constraint(inst, plain=plain and method != "plain")
     max_tokens = token_budget(lm, constraint)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
     if method == "plain":
         model = HardConstraint(
             lm, prompt, lambda text: True, "sample", max_tokens, truncated="keep"
         )
-        result = run(importance_sampling(model, 1, seed=seed))
+        result = await importance_sampling(model, 1, seed=seed)
         chosen = result.particles[0]
     elif method == "lcd":
         model = HardConstraint(lm, prompt, constraint, "lazy", max_tokens, truncated="keep")
-        result = run(importance_sampling(model, 1, seed=seed))
+        result = await importance_sampling(model, 1, seed=seed)
         chosen = result.particles[0]  # the weight is ignored: local masking
     else:
         model = HardConstraint(lm, prompt, constraint, "lazy", max_tokens)
-        result = run(smc_standard(model, n, 0.5, seed=seed))
+        result = await smc_standard(model, n, 0.5, seed=seed)
         live = [i for i, w in enumerate(result.log_weights) if w > -math.inf]
         if live:
             rng = random.Random(seed)
@@ -124,7 +120,6 @@ def run_method(
             chosen = result.particles[rng.choices(live, weights)[0]]
         else:
             chosen = result.particles[0]
-    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     text = chosen.text
     failures: dict[str, int] = {}
     for p in result.particles:
@@ -141,9 +136,7 @@ def run_method(
         "text": text,
         "satisfied": bool(judge(inst, text)),
         "tokens": len(chosen.context.generated),
-        "mean_logprob": _mean_logprob(lm, chosen),
-        "cpu_seconds": cpu,
-        "wall_seconds": wall,
+        "mean_logprob": await _mean_logprob(lm, chosen),
         "log_ml": result.log_ml if result.log_ml > -math.inf else None,
         "failures": failures,
         "constraint": repr(constraint),
@@ -237,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         "--report", default=None, help="print the report of a saved records file, run nothing"
     )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "collie.jsonl"))
+    add_concurrency_argument(parser)
     args = parser.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for m in methods:
@@ -268,27 +262,37 @@ def main(argv: list[str] | None = None) -> None:
         f"methods: {methods}; particles: {args.particles}; seed: {args.seed}; "
         f"plain characters: {'on' if args.plain_characters else 'off'}"
     )
-    records = []
+    problems = [
+        (solve, (m, inst, args.particles, args.plain_characters), args.seed * 1000 + j)
+        for insts in picked.values()
+        for j, inst in enumerate(insts)
+        for m in methods
+    ]
+    k = concurrency(args.concurrency, args.particles, len(problems))
+    print(f"problems: {len(problems)}, {k} at once")
+    records: list[dict] = []
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    cpu0 = time.process_time()
     with out.open("w") as fh:
-        for s, insts in picked.items():
-            for j, inst in enumerate(insts):
-                for m in methods:
-                    lm.clear_cache()
-                    rec = run_method(
-                        m, lm, inst, args.particles, args.seed * 1000 + j, args.plain_characters
-                    )
-                    records.append(rec)
-                    fh.write(json.dumps(rec) + "\n")
-                    fh.flush()
-                    print(
-                        f"{s} {inst['key']}#{inst['index']} {m:5s} ok={rec['satisfied']!s:5} "
-                        f"cpu={rec['cpu_seconds']:.1f}s tok={rec['tokens']} "
-                        f"lp={rec['mean_logprob'] if rec['mean_logprob'] is None else round(rec['mean_logprob'], 2)} "
-                        f"{rec['text'][:70]!r}",
-                        flush=True,
-                    )
+
+        def write(i: int, rec: dict) -> None:
+            if "error" in rec:
+                print(f"problem {i} failed:\n{rec['error']}", flush=True)
+                return
+            records.append(rec)
+            fh.write(json.dumps(rec) + "\n")
+            fh.flush()
+            lp = rec["mean_logprob"]
+            print(
+                f"{rec['structure']} {rec['key']}#{rec['index']} {rec['method']:5s} "
+                f"ok={rec['satisfied']!s:5} cpu={rec['cpu_seconds']:.1f}s tok={rec['tokens']} "
+                f"lp={lp if lp is None else round(lp, 2)} {rec['text'][:70]!r}",
+                flush=True,
+            )
+
+        solve_all(lm, problems, k, write)
+    print(f"CPU: {time.process_time() - cpu0:.1f} s for {len(problems)} problems, {k} at once")
     x, y, z = report(records, methods)
     print(f"collie: satisfied {x}/{y} ({z:.1f}%)")
 

@@ -18,7 +18,10 @@ guidance-ai/jsonschemabench (see that directory's README for source and commit).
    the first ``--mask-schemas`` collections (default 1): time inside
    ``apply_masks``/``allowed_masks`` over the SMC time (run first).
 
-Every result is one JSON line in ``--out``; a rerun skips what is there (resumable),
+SMC runs ``--concurrency`` schemas at once in this process, sharing the LM's forwards
+(``benchmarks/_concurrency.py``; default: all within a row bound); a run's seconds, CPU
+seconds and mask seconds are then its shares of the batch's. Every result is one JSON line
+in ``--out``; a rerun skips what is there (resumable),
 ``--report`` only prints the tables (``--extra FILE`` adds rows written by
 ``bench_jsonschemabench_genlm.py``, grouped by method beside ours). Prompt: the LM's chat template with
 JSONSchemaBench's system line and the schema as the user message
@@ -39,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from _args import nonnegative_int, positive_int
+from _concurrency import add_concurrency_argument, concurrency, solve_all
 
 COLLECTIONS = ("Github_trivial", "Github_easy", "Glaiveai2K", "Snowplow")
 DATA = next(
@@ -84,17 +88,18 @@ class MaskTimer:
     and the forced-token test of ``GrammarConstraint``'s chains)."""
 
     def __init__(self) -> None:
-        from llamppl.decoding.grammar import masks as engine
-        from llamppl.models import grammar as program  # its own imports of them
+        from llamppl.decoding.grammar import compile as compiled
+        from llamppl.decoding.grammar import engine, masks
+        from llamppl.models import grammar as program
 
+        names = ("apply_masks", "allowed_masks", "forced_token")
         self.seconds = 0.0
+        # each module that calls them through its own imported name
         self.inner = [
             (module, name, getattr(module, name))
-            for module, names in (
-                (engine, ("apply_masks", "allowed_masks", "forced_token")),
-                (program, ("allowed_masks", "forced_token")),
-            )
+            for module in (masks, engine, compiled, program)
             for name in names
+            if hasattr(module, name)
         ]
 
     def __enter__(self):
@@ -156,6 +161,23 @@ def coverage(data: Path, collection: str) -> dict:
     }
 
 
+def _smc_fields(out, seed: int) -> dict:
+    """What a ``generate_json`` run reports besides its times: tokens, the drawn text, Ẑ."""
+    tokens = sum(len(p.context.generated) for p in out.result.particles)
+    text = None
+    if out.texts:
+        p = np.array([w for _, w in out.texts])
+        text = out.texts[int(np.random.default_rng(seed).choice(len(p), p=p / p.sum()))][0]
+    return {
+        "tokens": tokens,
+        "text": text,
+        "log_ml": out.log_ml,
+        "failures": out.failures,
+        "forced": sum(p.forced for p in out.result.particles),
+        "steps": max(len(p.context.generated) for p in out.result.particles),
+    }
+
+
 def run_smc(lm, schema, n: int, max_tokens: int, seed: int) -> dict:
     from llamppl.models import generate_json
 
@@ -164,19 +186,21 @@ def run_smc(lm, schema, n: int, max_tokens: int, seed: int) -> dict:
         out = generate_json(
             lm, "", schema, n_particles=n, seed=seed, max_tokens=max_tokens, chat=True
         )
-    tokens = sum(len(p.context.generated) for p in out.result.particles)
-    forced = sum(p.forced for p in out.result.particles)
-    text = None
-    if out.texts:
-        p = np.array([w for _, w in out.texts])
-        text = out.texts[int(np.random.default_rng(seed).choice(len(p), p=p / p.sum()))][0]
-    return {
-        **timer.record(tokens, text),
-        "log_ml": out.log_ml,
-        "failures": out.failures,
-        "forced": forced,
-        "steps": max(len(p.context.generated) for p in out.result.particles),
-    }
+    fields = _smc_fields(out, seed)
+    return {**timer.record(fields["tokens"], fields["text"]), **fields}
+
+
+async def solve_smc(lm, schema, n: int, max_tokens: int, *, seed: int) -> dict:
+    """``generate_json`` on one schema as a coroutine (problems at once share the LM)."""
+    from llamppl.models import generate_json_async
+
+    try:
+        out = await generate_json_async(
+            lm, "", schema, n_particles=n, seed=seed, max_tokens=max_tokens, chat=True
+        )
+    except (ValueError, TypeError) as exc:
+        return {"refused": str(exc)[:300], "text": None, "tokens": 0}
+    return _smc_fields(out, seed)
 
 
 def run_hf(lm, schema, n: int, max_tokens: int, seed: int) -> dict:
@@ -211,7 +235,8 @@ def run_hf(lm, schema, n: int, max_tokens: int, seed: int) -> dict:
 
 
 def generation(lm, args, done: set, write) -> None:
-    """Mask-share run first, then the sample round-robin over collections (partial runs stay balanced)."""
+    """Mask-share run first, then the sample round-robin over collections (partial runs stay
+    balanced): SMC ``--concurrency`` schemas at once, then the HF baseline one by one."""
     samples = {
         c: sample(schema_files(args.data, c), args.sample, args.seed) for c in args.collections
     }
@@ -222,30 +247,61 @@ def generation(lm, args, done: set, write) -> None:
             rec.update(kind="mask", collection=c, schema=f.name, method="smc")
             rec.update(n=args.mask_particles, valid=validates(load(f), rec["text"]))
             write(rec)
-    for i in range(args.sample):
-        for collection in args.collections:
-            if i >= len(samples[collection]):
-                continue
-            f = samples[collection][i]
-            schema = load(f)
-            for method in args.methods:
-                key = ("gen", collection, f.name, method, args.particles)
-                if key in done:
-                    continue
-                record = {"kind": "gen", "collection": collection, "schema": f.name}
-                record.update(method=method, n=args.particles, max_tokens=args.max_tokens)
-                try:
-                    runner = run_smc if method == "smc" else run_hf
-                    record.update(runner(lm, schema, args.particles, args.max_tokens, args.seed))
-                except (ValueError, TypeError) as exc:
-                    record.update(refused=str(exc)[:300], text=None, seconds=0.0, tokens=0)
-                record["valid"] = validates(schema, record.get("text"))
-                write(record)
-                print(
-                    f"{collection} {i + 1} {f.name} {method}: valid={record['valid']} "
-                    f"{record['seconds']:.1f}s",
-                    flush=True,
-                )
+    todo = [
+        (i, collection, samples[collection][i], method)
+        for i in range(args.sample)
+        for collection in args.collections
+        if i < len(samples[collection])
+        for method in args.methods
+        if ("gen", collection, samples[collection][i].name, method, args.particles) not in done
+    ]
+
+    def finish(i: int, collection: str, f: Path, method: str, record: dict) -> None:
+        record.update(kind="gen", collection=collection, schema=f.name, method=method)
+        record.update(n=args.particles, max_tokens=args.max_tokens)
+        record["valid"] = validates(load(f), record.get("text"))
+        write(record)
+        print(
+            f"{collection} {i + 1} {f.name} {method}: valid={record['valid']} "
+            f"{record['seconds']:.1f}s",
+            flush=True,
+        )
+
+    smc = [t for t in todo if t[3] == "smc"]
+    problems = [
+        (solve_smc, (load(f), args.particles, args.max_tokens), args.seed) for _, _, f, _ in smc
+    ]
+    k = concurrency(args.concurrency, args.particles, len(problems))
+    cpu = {}
+
+    def solved(j: int, record: dict) -> None:
+        if "error" in record:
+            record.update(refused=record.pop("error")[-300:], text=None, tokens=0)
+        record["seconds"] = record.pop("wall_seconds")
+        cpu[j] = record["cpu_seconds"]
+        pending[j] = record
+
+    pending: dict[int, dict] = {}
+    if problems:
+        print(f"SMC: {len(problems)} schemas, {k} at once", flush=True)
+        with MaskTimer() as timer, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            solve_all(lm, problems, k, solved)
+        total = sum(cpu.values()) or 1.0
+        for j, (i, collection, f, method) in enumerate(smc):
+            record = pending[j]
+            # the mask time of the batch, split as its CPU was
+            record["mask_seconds"] = timer.seconds * record["cpu_seconds"] / total
+            finish(i, collection, f, method, record)
+    for i, collection, f, method in todo:
+        if method != "hf":
+            continue
+        record: dict = {}
+        try:
+            record.update(run_hf(lm, load(f), args.particles, args.max_tokens, args.seed))
+        except (ValueError, TypeError) as exc:
+            record.update(refused=str(exc)[:300], text=None, seconds=0.0, tokens=0)
+        finish(i, collection, f, method, record)
 
 
 def _pct(values, q):
@@ -316,6 +372,7 @@ def main() -> None:
     parser.add_argument("--seed", type=nonnegative_int, default=0)
     parser.add_argument("--out", type=Path, default=Path("jsonschemabench.jsonl"))
     parser.add_argument("--report", action="store_true", help="only print the tables")
+    add_concurrency_argument(parser)
     parser.add_argument(
         "--extra", type=Path, nargs="*", default=[], help="more JSON lines files for the report"
     )

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "CPUShares",
     "Job",
     "JobResult",
     "check_jobs",
@@ -76,7 +77,10 @@ class JobResult:
     ``log_weights`` their final log weights, ``log_ml`` the log Ẑ estimate; ``record``
     is the run record when the algorithm produced one (``record=True``), else None.
     ``output`` is what a :meth:`Job.call` job's function returned (its ``result`` and
-    ``particle`` fields emptied, so it pickles without the LM), else None.
+    ``particle`` fields emptied, so it pickles without the LM), else None. ``time_s`` is
+    the job's wall time; ``cpu_s`` its share of the process's CPU time (:class:`CPUShares`:
+    alone, all of it; beside other jobs, the CPU used while it ran split evenly among the
+    jobs running at each moment).
     """
 
     index: int
@@ -90,6 +94,7 @@ class JobResult:
     worker: str = ""
     time_s: float = 0.0
     output: Any = None
+    cpu_s: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -180,7 +185,7 @@ def run_job(job: Job, lm: Any, index: int = 0, fresh_cache: bool = True) -> JobR
     """
     from llamppl.runner import run
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     out = JobResult(index=index, seed=job.seed, worker=f"pid {os.getpid()}")
     try:
         if fresh_cache and callable(getattr(lm, "clear_cache", None)):
@@ -189,6 +194,7 @@ def run_job(job: Job, lm: Any, index: int = 0, fresh_cache: bool = True) -> JobR
     except Exception:
         out.error = traceback.format_exc()
     out.time_s = time.perf_counter() - t0
+    out.cpu_s = time.process_time() - cpu0
     return out
 
 
@@ -204,6 +210,39 @@ def _fill(out: JobResult, result: Any) -> None:
     out.log_ml = float(result.log_ml)
     out.stats = dict(result.stats)
     out.record = getattr(result, "record", None)
+
+
+class CPUShares:
+    """Each running job's share of this process's CPU time.
+
+    Between two consecutive starts or ends of jobs, the CPU time the process used is split
+    evenly among the jobs running in that interval; a job's share is the sum over the
+    intervals it ran in. The shares of all jobs add up to the CPU used while any ran.
+    ``clock`` may be another clock (``time.perf_counter``: shares of the wall time).
+    """
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        self.clock = clock or time.process_time
+        self.last = self.clock()
+        self.running: dict[int, float] = {}
+
+    def _accrue(self) -> None:
+        now = self.clock()
+        if self.running:
+            share = (now - self.last) / len(self.running)
+            for key in self.running:
+                self.running[key] += share
+        self.last = now
+
+    def enter(self, key: int) -> None:
+        """Job ``key`` starts."""
+        self._accrue()
+        self.running[key] = 0.0
+
+    def leave(self, key: int) -> float:
+        """Job ``key`` ends: its share of the CPU seconds."""
+        self._accrue()
+        return self.running.pop(key)
 
 
 def _detached(value: Any) -> Any:
@@ -236,11 +275,13 @@ async def run_jobs(
     """
     gate = asyncio.Semaphore(concurrency)
     worker = f"pid {os.getpid()}"
+    shares = CPUShares()
 
     async def one(i: int, job: Job) -> JobResult:
         async with gate:
             out = JobResult(index=first_index + i, seed=job.seed, worker=worker)
             t0 = time.perf_counter()
+            shares.enter(i)
             try:
                 _fill(out, await asyncio.wait_for(start(job, lm), timeout))
             except asyncio.TimeoutError:
@@ -251,6 +292,7 @@ async def run_jobs(
             except Exception:
                 out.error = traceback.format_exc()
             out.time_s = time.perf_counter() - t0
+            out.cpu_s = shares.leave(i)
             if on_done is not None:
                 on_done(out)
             return out

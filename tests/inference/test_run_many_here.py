@@ -131,3 +131,25 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="lm must be a LanguageModel"):
         run_many(JOBS[:1], "smollm")
     assert run_many([], lm()) == []
+
+
+def test_cpu_shares_split_each_interval_among_the_running_jobs(monkeypatch):
+    from llamppl.inference import jobs as jobs_module
+
+    clock = iter([0.0, 0.0, 2.0, 6.0, 7.0])
+    monkeypatch.setattr(jobs_module.time, "process_time", lambda: next(clock))
+    shares = jobs_module.CPUShares()
+    shares.enter(0)  # t = 0
+    shares.enter(1)  # t = 2: job 0 ran alone for 2 s
+    assert shares.leave(0) == 2.0 + 4.0 / 2  # t = 6: 4 s shared by two
+    assert shares.leave(1) == 4.0 / 2 + 1.0  # t = 7: 1 s alone
+
+
+def test_job_cpu_shares_add_up_to_the_cpu_used():
+    import time
+
+    cpu0 = time.process_time()
+    got = run_many(JOBS, lm(), concurrency=5, progress=False)
+    used = time.process_time() - cpu0
+    assert all(r.cpu_s > 0 for r in got)
+    assert sum(r.cpu_s for r in got) <= used
