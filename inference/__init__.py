@@ -7,6 +7,7 @@ inside async code or through :func:`llamppl.run` from plain code::
     from llamppl.inference import smc_standard, smc_steer, importance_sampling, enumerate_exact
     from llamppl.inference import csmc_standard, particle_gibbs   # conditional SMC, particle Gibbs
     result = run(smc_steer(model, n_particles=8, n_beam=3, seed=0))
+    result = run(smc_standard(model, 16, move=ResampleMove(k=2), seed=0))  # resample-move
 
 Every engine implements one protocol (:class:`Engine`: ``start`` and
 ``step(particles, t, rng) -> (particles, StepInfo)``) and runs in one loop,
@@ -19,6 +20,7 @@ from .csmc import CSMCResult, ParticleGibbsChain, Trajectory, csmc_standard, par
 from .engine import SMC, Engine
 from .enumerate import enumerate_exact
 from .importance import importance_sampling
+from .moves import ResampleMove
 from .options import RunOptions, run_options
 from .resampling import RESAMPLERS, get_resampler
 from .result import SMCResult
@@ -55,4 +57,5 @@ __all__ = [
     "WhenESSBelow",
     "PinnedMultinomial",
     "ess_rule",
+    "ResampleMove",
 ]

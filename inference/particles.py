@@ -29,6 +29,7 @@ __all__ = [
     "log_weights",
     "merge_duplicates",
     "merge_counted",
+    "group_indices",
     "resample_population",
 ]
 
@@ -73,26 +74,32 @@ def log_weights(particles: list[Model]) -> np.ndarray:
     return w
 
 
-def merge_counted(particles: list[Model], counts: list[int]) -> tuple[list[Model], list[int]]:
+def group_indices(particles: list[Model]) -> list[list[int]]:
+    """Indices of the particles with equal ``(state_key(), finished)``, one list per group, in
+    order of first appearance (the groups :func:`merge_counted` merges)."""
+    groups: dict[object, list[int]] = {}
+    for i, p in enumerate(particles):
+        groups.setdefault((p.state_key(), p.finished), []).append(i)
+    return list(groups.values())
+
+
+def merge_counted(
+    particles: list[Model], counts: list[int], groups: list[list[int]] | None = None
+) -> tuple[list[Model], list[int]]:
     """Merge particles with equal ``(state_key(), finished)``: weights and ``counts`` are summed.
 
     The first particle of each group stands for the group; ``counts[i]`` is how many
-    unmerged particles particle i already represents (its multiplicity).
+    unmerged particles particle i already represents (its multiplicity). ``groups``, when
+    given, is :func:`group_indices` of ``particles`` (already computed).
     """
-    merged: dict[object, int] = {}
     out: list[Model] = []
     out_counts: list[int] = []
-    for p, m in zip(particles, counts):
-        key = (p.state_key(), p.finished)
-        i = merged.get(key)
-        if i is None:
-            merged[key] = len(out)
-            out.append(p)
-            out_counts.append(m)
-        else:
-            q = out[i]
-            q.weight = logsumexp(np.array([q.weight, p.weight]))
-            out_counts[i] += m
+    for members in group_indices(particles) if groups is None else groups:
+        q = particles[members[0]]
+        for i in members[1:]:
+            q.weight = logsumexp(np.array([q.weight, particles[i].weight]))
+        out.append(q)
+        out_counts.append(sum(counts[i] for i in members))
     return out, out_counts
 
 

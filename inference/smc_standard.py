@@ -10,6 +10,7 @@ record and the progress bar. After resampling every weight is set to the log mea
 final ``log_ml = log (1/N) Σ_i w_i`` is the standard unbiased estimate of Z::
 
     result = await smc_standard(model, n_particles=32, ess_threshold=0.5, seed=0)
+    result = await smc_standard(model, 32, 0.5, move=ResampleMove(k=2), seed=0)  # resample-move
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from llamppl.modeling import Model
 from llamppl.validation import check_positive_int
 
 from .engine import SMC
+from .moves import ResampleMove
 from .options import DEFAULT_MAX_STEPS, run_options
 from .particles import check_model
 from .result import SMCResult
@@ -43,6 +45,7 @@ async def smc_standard(
     visualization_dir: str | os.PathLike | None = None,
     record: bool | str | os.PathLike = False,
     max_steps: int | None = DEFAULT_MAX_STEPS,
+    move: ResampleMove | None = None,
 ) -> SMCResult:
     """Run SMC with adaptive resampling on ``model``.
 
@@ -77,6 +80,14 @@ async def smc_standard(
         Step limit (default 10,000; None for none). A run with particles still stepping
         after it raises :class:`~llamppl.inference.steps.StepLimitError` naming the model
         and the step; its ``.result`` holds the run so far.
+    move : ResampleMove | None
+        Resample-move rejuvenation (:mod:`llamppl.inference.moves`): after each step that
+        resamples (every step with ``every_step=True``), an independent Metropolis–Hastings
+        move regenerates each particle's last ``k`` steps with the program's own proposal and
+        accepts by the ratio of the tails' incremental weights; π_t (the twisted intermediate
+        target) stays invariant and the weights unchanged. ``SMCResult.stats`` then holds the
+        acceptance rate (``move_acceptance``), the work (``move_proposals``,
+        ``move_program_steps``) and the distinct particles before and after each move.
     """
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
@@ -89,4 +100,4 @@ async def smc_standard(
         json_file=json_file,
         visualization_dir=visualization_dir,
     )
-    return await run_population(model, n, SMC(rule, "smc_standard"), options)
+    return await run_population(model, n, SMC(rule, "smc_standard", move), options)

@@ -42,13 +42,27 @@ without merging, statistically:
    likely keep several unmerged copies. With N distinct survivors every slot is
    one particle, as in Algorithm 1.
 
+Resample-move (``move=``, :mod:`llamppl.inference.moves`). The intermediate target of
+steering is the same Feynman–Kac path target γ_t as ``smc_standard``'s: candidates are drawn
+from M_t and weighted by G_t, and the down-sampling is an unbiased resampling (every
+candidate's expected new weight is its weight), so the kept particles with their unequal
+weights are properly weighted for γ_t. A π_t-invariant kernel applied to each kept particle,
+weight unchanged, keeps them so. A merged particle stands for several paths to one state; the
+kernel needs one path of that state drawn from π_t(path | state), so the trail it moves is
+drawn among the merged candidates' trails ∝ their weights. Its slots are unchanged: the
+children it gets next step are drawn from its moved state. Moves happen after the steps that
+down-sampled (more candidates than N), or after every step with ``every_step=True``, the
+schedule fixed in advance under which Ẑ stays exactly unbiased.
+
     result = await smc_steer(model, n_particles=8, n_beam=3, seed=0)
+    result = await smc_steer(model, 8, 3, move=ResampleMove(k=2, every_step=True), seed=0)
 """
 
 from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import numpy as np
 
@@ -57,8 +71,9 @@ from llamppl.validation import check_positive_int
 from llamppl.weights import logsumexp
 
 from .engine import Engine
+from .moves import Rejuvenation, ResampleMove, Trail, check_move
 from .options import DEFAULT_MAX_STEPS, run_options
-from .particles import check_model, log_weights, merge_counted, step_all
+from .particles import check_model, group_indices, log_weights, merge_counted, step_all
 from .result import SMCResult
 from .step_info import StepInfo, step_info
 from .steps import run_population
@@ -134,18 +149,25 @@ class Steering(Engine):
 
     name = "smc_steer"
 
-    def __init__(self, n: int, n_beam: int) -> None:
+    def __init__(self, n: int, n_beam: int, move: ResampleMove | None = None) -> None:
         self.n, self.k = n, n_beam
-        self.population_factor = n_beam
+        move = check_move(move)
+        self.rejuvenation = None if move is None else Rejuvenation(move)
+        self.population_factor = n_beam * (1 if move is None else move.population_factor)
         self.slots: list[int] | None = None
         self.proposals = 0
+        self.trails: list[Trail] | None = None  # aligned with the population (moves only)
 
     async def step(
         self, particles: list[Model], t: int, rng: np.random.Generator
     ) -> tuple[list[Model], StepInfo]:
         n, k = self.n, self.k
+        rj = self.rejuvenation
+        tracks = rj is not None and rj.tracks
         if self.slots is None:  # step one: the N clones are one state filling N slots
             particles, self.slots = merge_counted(particles, [1] * len(particles))
+        trails = self.trails or [()] * len(particles)
+        saved = rj.save(particles) if tracks else None  # states before the step (moves)
         # extend: a particle filling m slots gets m·K children of weight w/(m·K)
         candidates, origins, extended = [], [], []
         for j, (p, m) in enumerate(zip(particles, self.slots)):
@@ -157,19 +179,30 @@ class Steering(Engine):
             candidates += children
             origins += [j] * len(children)
         self.proposals += len(extended)
+        before = [c.weight for c in candidates]
         await step_all(extended)
         # reweight: identical candidates become one, with summed weight and count
         origin = {id(c): j for c, j in zip(candidates, origins)}
-        candidates, counts = merge_counted(candidates, [1] * len(candidates))
+        groups = group_indices(candidates)
+        if tracks:  # each candidate's trail, then one per merged group, drawn ∝ weight
+            trails = rj.record(
+                [trails[j] for j in origins], [saved[j] for j in origins], before, candidates
+            )
+            trails = rj.pick(trails, groups, log_weights(candidates), rng)
+        candidates, counts = merge_counted(candidates, [1] * len(candidates), groups)
         w = log_weights(candidates)
         # down-sample to at most N distinct candidates, then share out the N slots
         keep, new_w = steer_downsample(w, n, rng)
         particles = [candidates[i] for i in keep.tolist()]
         for p, lw in zip(particles, new_w.tolist()):
             p.weight = lw
+        resampled = len(candidates) > len(keep)
+        if rj is not None:  # move: MH on the last k steps of each kept particle, weights kept
+            trails = [trails[i] for i in keep.tolist()] if tracks else [()] * len(particles)
+            particles, trails = await rj.after(particles, trails, resampled, rng)
+            self.trails = trails if tracks else None
         live = [not p.done_stepping() for p in particles]
         self.slots = allocate_slots(new_w, [counts[i] for i in keep.tolist()], live, n)
-        resampled = len(candidates) > len(keep)
         info = step_info(
             t,
             w,
@@ -181,8 +214,9 @@ class Steering(Engine):
         )
         return particles, info
 
-    def stats(self) -> dict[str, int]:
-        return {"n_beam": self.k, "proposals": self.proposals}
+    def stats(self) -> dict[str, Any]:
+        moves = {} if self.rejuvenation is None else self.rejuvenation.stats()
+        return {"n_beam": self.k, "proposals": self.proposals, **moves}
 
 
 async def smc_steer(
@@ -196,6 +230,7 @@ async def smc_steer(
     visualization_dir: str | os.PathLike | None = None,
     record: bool | str | os.PathLike = False,
     max_steps: int | None = DEFAULT_MAX_STEPS,
+    move: ResampleMove | None = None,
 ) -> SMCResult:
     """SMC steering (LLaMPPL Algorithm 1): K = ``n_beam`` extensions per slot, down-sampled to N.
 
@@ -209,6 +244,11 @@ async def smc_steer(
     particles still stepping after it raise :class:`~llamppl.inference.steps.StepLimitError`
     (naming the model and the step; ``.result`` holds the run so far). A run whose N·K
     candidates would not fit in the available memory is refused before it starts.
+    ``move=ResampleMove(k, sweeps, every_step)`` rejuvenates the kept particles after each
+    down-sampling (or every step) by a Metropolis–Hastings move on their last ``k`` steps that
+    leaves the intermediate target γ_t invariant (module docstring; :mod:`llamppl.inference.moves`);
+    ``stats`` then also holds the acceptance rate and the distinct particles before and after
+    each move.
     """
     check_model(model)
     n = check_positive_int("n_particles", n_particles)
@@ -221,4 +261,4 @@ async def smc_steer(
         json_file=json_file,
         visualization_dir=visualization_dir,
     )
-    return await run_population(model, n, Steering(n, k), options)
+    return await run_population(model, n, Steering(n, k, move), options)
