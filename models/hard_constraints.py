@@ -59,6 +59,13 @@ twist of :mod:`.constraint_twists`, undone at the end (posterior and Z unchanged
 together under ten times that (:mod:`llamppl.decoding.constraints.time_bound`); past it the particle
 gets weight 0 with the cause ``"check timed out ..."``, and the run goes on.
 
+**Rejuvenation.** The program is a Feynman–Kac model like any other, so resample-move is the
+engine's ``move=``: ``smc_standard(model, 8, move=ResampleMove(k=2))`` regenerates each
+particle's last two tokens with the formulation's own proposal after resampling and accepts
+by the ratio of the tails' weights (G', or the lazy draw's estimate of it, twists included),
+which leaves the intermediate target invariant (:mod:`llamppl.inference.moves`; for the lazy
+proposal it is a pseudo-marginal move, exact too). A move never changes the posterior or Z.
+
 A text constraint sees the concatenation of ``lm.vocab[t]`` over the generated tokens
 (end token excluded)::
 
