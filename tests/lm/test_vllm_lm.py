@@ -305,3 +305,39 @@ def test_live_llamppl_and_hfppl_forms_run_unchanged(vlm, tmp_path, monkeypatch):
     for particle in particles:
         assert "e" not in particle.context.s
     LLM.release()
+
+
+def test_live_many_problems_share_one_engine(vlm):
+    """``run_many`` in this process on a live VLLMLM: the particles of all running problems are
+    live requests of one engine, served in one engine call per round; each problem gives its
+    run alone (particles; log Ẑ up to vLLM's batch round-off)."""
+    from llamppl.constraints import max_word_length
+    from llamppl.distributed import Job, run_job, run_many
+    from llamppl.models import HardConstraint, generate_json_async, power_smc
+
+    def hard(lm, prompt):
+        return HardConstraint(lm, prompt, max_word_length(5), max_tokens=8)
+
+    schema = {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}
+    jobs = [
+        Job(hard, ("The Fed says",), 1, options={"n_particles": 6}),
+        Job(hard, ("My cat",), 2, options={"n_particles": 6}),
+        Job.call(power_smc, "Once upon", alpha=2.0, n_particles=6, max_tokens=6, seed=0),
+        Job.call(
+            generate_json_async, "Tom, 34. As JSON:", schema, n_particles=3, max_tokens=12, seed=0
+        ),
+    ]
+    alone = []
+    for i, job in enumerate(jobs):
+        lm = VLLMLM(vlm.llm, capture="processor", live=True)
+        alone.append((run_job(job, lm, i), lm.stats.engine_calls))
+        lm.release()
+    lm = VLLMLM(vlm.llm, capture="processor", live=True)
+    together = run_many(jobs, lm, concurrency=len(jobs), progress=False)
+    for got, (one, _) in zip(together, alone):
+        assert got.ok and one.ok, (got.error, one.error)
+        assert got.particles == one.particles
+        assert got.log_ml == pytest.approx(one.log_ml, abs=1e-3)
+    # an engine call serves every running problem's live requests: far fewer calls
+    assert lm.stats.engine_calls <= 0.6 * sum(calls for _, calls in alone)
+    lm.release()
