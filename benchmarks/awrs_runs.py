@@ -28,7 +28,10 @@ closed under prefixes by construction; :func:`~llamppl.constraints.regex_prefix`
 batched mask the mask proposal uses), subclassed here only to count its checks. Predicate
 calls are counted on the constraint object (``extra["parses"]``: the partialsmiles parses
 behind them), CPU seconds are the process's CPU time of the run (model load and a warm-up
-run excluded), and generated tokens count every particle extension.
+run excluded), and generated tokens count every particle extension. Runs go ``--concurrency``
+at a time in one process, sharing the LM's forwards (``benchmarks/_concurrency.py``; default:
+all within a row bound); a run's CPU seconds are then its share of the process's
+(``extra["concurrency"]`` says how many ran at once; ``--concurrency 1``: each alone).
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ import awrs_records as R
 import awrs_tasks as T
 import torch
 from _args import nonnegative_int, positive_int
+from _concurrency import add_concurrency_argument, concurrency, solve_all
 
 from llamppl import CachedCausalLM, run
 from llamppl.constraints import Constraint
@@ -54,7 +57,7 @@ from llamppl.decoding.text.characters import RegexPrefix
 from llamppl.inference import importance_sampling, smc_standard
 from llamppl.models import HardConstraint
 
-__all__ = ["METHODS", "main", "run_method"]
+__all__ = ["METHODS", "main", "run_method", "solve_method"]
 
 METHODS = ("base", "lcd", "rerank", "smc-mask", "smc-lazy", "smc-plain", "smc-need")
 NAMES = {
@@ -163,11 +166,18 @@ def _particles(result, weighted: bool = True) -> list[M.Particle]:
 
 def run_method(method: str, lm: CachedCausalLM, instance: T.Instance, n: int, seed: int) -> Outcome:
     """One run of ``method`` with ``n`` particles on ``instance`` (the timed part)."""
+    return run(solve_method(method, lm, instance, n, seed))
+
+
+async def solve_method(
+    method: str, lm: CachedCausalLM, instance: T.Instance, n: int, seed: int
+) -> Outcome:
+    """:func:`run_method` as a coroutine: runs of several instances at once share the LM."""
     prompt = instance.prompt(lm.tokenizer)
     common = dict(max_tokens=T.STOP.max_tokens, stop="newline", check_timeout=T.CHECK_TIMEOUT)
     if method in ("base", "rerank"):
         model = HardConstraint(lm, prompt, Anything(), "sample", truncated="keep", **common)
-        result = run(importance_sampling(model, 1 if method == "base" else n, seed=seed))
+        result = await importance_sampling(model, 1 if method == "base" else n, seed=seed)
         particles = _particles(result, weighted=False)
         calls = 0
         if method == "rerank":  # weight each finished sample by the complete check
@@ -189,10 +199,10 @@ def run_method(method: str, lm: CachedCausalLM, instance: T.Instance, n: int, se
     proposal = "mask" if method == "smc-mask" else "lazy"
     model = HardConstraint(lm, prompt, constraint, proposal, **common)
     if method == "lcd":
-        result = run(importance_sampling(model, 1, seed=seed))
+        result = await importance_sampling(model, 1, seed=seed)
         particles = _particles(result, weighted=False)  # the weight is ignored: local masking
     else:
-        result = run(smc_standard(model, n, 0.5, seed=seed))
+        result = await smc_standard(model, n, 0.5, seed=seed)
         particles = _particles(result)
     causes: dict[str, int] = {}
     for p in result.particles:
@@ -204,32 +214,36 @@ def run_method(method: str, lm: CachedCausalLM, instance: T.Instance, n: int, se
     return Outcome(particles, constraint.calls, _extensions(result), extra)
 
 
-def record(method: str, lm, instance: T.Instance, n: int, replicate: int, seed: int) -> R.RunRecord:
-    """Run and time one (method, instance, replicate); errors become the record's ``error``."""
-    n_used = 1 if method in ("base", "lcd") else n
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+async def solve(lm, method: str, instance: T.Instance, n: int, *, seed: int) -> dict:
+    """One (method, instance) run for :func:`_concurrency.solve_all`: its outcome or error."""
     try:
-        out = run_method(method, lm, instance, n, seed)
-        error = None
+        return {"outcome": await solve_method(method, lm, instance, n, seed), "error": None}
     except Exception as exc:  # noqa: BLE001 - a failed run is a row, not a crash
-        out, error = Outcome([], 0, 0, {}), f"{type(exc).__name__}: {exc}"
-    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        return {"outcome": Outcome([], 0, 0, {}), "error": f"{type(exc).__name__}: {exc}"}
+
+
+def make_record(
+    method: str, instance: T.Instance, n: int, replicate: int, seed: int, done: dict
+) -> R.RunRecord:
+    """The record of one run from what :func:`solve` returned, timed by ``solve_all``."""
+    out = done.get("outcome") or Outcome([], 0, 0, {})
+    error = done.get("error")
     score, valid = M.posterior_score(out.particles, instance.score) if out.particles else (0.0, 0.0)
     return R.RunRecord(
         method=NAMES[method],
         task=instance.task,
         instance=instance.id,
         replicate=replicate,
-        n_particles=n_used,
+        n_particles=1 if method in ("base", "lcd") else n,
         particles=out.particles,
         score=score,
         valid=valid,
         predicate_calls=out.calls,
         generated_tokens=out.tokens,
-        cpu_seconds=cpu,
-        wall_seconds=wall,
+        cpu_seconds=done["cpu_seconds"],
+        wall_seconds=done["wall_seconds"],
         error=error,
-        extra={"seed": seed, **out.extra},
+        extra={"seed": seed, "concurrency": done["concurrency"], **out.extra},
     )
 
 
@@ -260,6 +274,7 @@ def main(task: str, argv: list[str] | None = None) -> None:
     parser.add_argument("--peer", type=Path, nargs="*", default=[], help="peer record files")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads")
     parser.add_argument("--report", action="store_true", help="only print the table")
+    add_concurrency_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"[{task}] torch threads {torch.get_num_threads()}, out {args.out}", flush=True)
@@ -268,6 +283,7 @@ def main(task: str, argv: list[str] | None = None) -> None:
         lm = CachedCausalLM.default()
         instances = T.instances(task, args.instances, seed=args.seed)
         run_method("base", lm, instances[0], 1, 0)  # warm-up: trie, tables
+        runs = []  # (method, instance, n, replicate, seed)
         for rep in range(args.start_replicate, args.replicates):
             for k, inst in enumerate(instances):
                 for method in args.methods:
@@ -277,17 +293,24 @@ def main(task: str, argv: list[str] | None = None) -> None:
                         if k >= args.mask_instances:
                             continue
                     sizes = args.particles if method.startswith("smc") else [args.rerank]
-                    for n in sizes:
-                        lm.clear_cache()
-                        rec = record(method, lm, inst, n, rep, seed=1000 * rep + k)
-                        R.append_record(args.out, rec)
-                        print(
-                            f"  rep {rep} inst {inst.id:>3} {rec.method:<22} N={rec.n_particles:<3} "
-                            f"score {rec.score:.3f} valid {rec.valid:.2f} cpu {rec.cpu_seconds:6.1f}s "
-                            f"calls/tok {rec.predicate_calls / max(rec.generated_tokens, 1):7.2f}"
-                            f"{'  ' + rec.error if rec.error else ''}",
-                            flush=True,
-                        )
+                    runs += [(method, inst, n, rep, 1000 * rep + k) for n in sizes]
+        problems = [(solve, (method, inst, n), seed) for method, inst, n, _, seed in runs]
+        k = concurrency(args.concurrency, max(args.particles + [args.rerank]), len(runs))
+        print(f"[{task}] {len(runs)} runs, {k} at once", flush=True)
+
+        def write(i: int, done: dict) -> None:
+            method, inst, n, rep, seed = runs[i]
+            rec = make_record(method, inst, n, rep, seed, done)
+            R.append_record(args.out, rec)
+            print(
+                f"  rep {rep} inst {inst.id:>3} {rec.method:<22} N={rec.n_particles:<3} "
+                f"score {rec.score:.3f} valid {rec.valid:.2f} cpu {rec.cpu_seconds:6.1f}s "
+                f"calls/tok {rec.predicate_calls / max(rec.generated_tokens, 1):7.2f}"
+                f"{'  ' + rec.error if rec.error else ''}",
+                flush=True,
+            )
+
+        solve_all(lm, problems, k, write)
     files = [args.out, *args.peer]
     print(R.report(R.read_records(*[f for f in files if f.is_file()])))
 
