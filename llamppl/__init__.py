@@ -29,7 +29,7 @@ from .distributions import (
     Transformer,
     Uniform,
 )
-from .lm import VLLMLM, CachedCausalLM, FunctionLM, LanguageModel
+from .lm import VLLMLM, ByteLM, CachedCausalLM, FunctionLM, LanguageModel
 from .modeling import Model
 from .rng import current_rng, using_rng
 from .runner import run
@@ -56,6 +56,7 @@ __all__ = [
     "FunctionLM",
     "CachedCausalLM",
     "VLLMLM",
+    "ByteLM",
     "run",
     "current_rng",
     "using_rng",

@@ -13,6 +13,8 @@ any of them, exactly, with SMC. Compose them with ``&``::
   :func:`as_constraint`, :class:`CheckTimeout` and :func:`time_bound` (every check's time
   bound).
 - **Characters** — :func:`max_word_length`, :func:`banned_words`, :func:`regex_prefix`.
+- **Tokenizations** — :func:`canonical` (:class:`Canonical`): the generated tokens are the
+  tokenizer's own spelling of their text (canonical BPE; :mod:`llamppl.lm.bytes.canonical`).
 - **Grammars** — :class:`Grammar` (``Grammar.from_regex``, ``Grammar.from_lark``,
   ``Grammar.from_json_schema`` with a JSON Schema or a Pydantic model class).
 - **Text structure** (COLLIE; the ``collie`` extra) — counts (:func:`char_count`,
@@ -61,6 +63,7 @@ from llamppl.decoding.constraints import (
     as_constraint,
     time_bound,
 )
+from llamppl.decoding.constraints.canonical import Canonical, canonical
 from llamppl.decoding.grammar import CompileTimeout, Grammar
 from llamppl.decoding.grammar.json_budget import JSONBudget
 from llamppl.decoding.text import (
@@ -98,6 +101,9 @@ __all__ = [
     "PredicateConstraint",
     "as_constraint",
     "time_bound",
+    # tokenizations
+    "Canonical",
+    "canonical",
     # characters
     "banned_words",
     "max_word_length",

@@ -53,6 +53,13 @@ class LMContext:
         context has ended. Default False: a check on ``str(context)`` sees the text the model
         wrote, so ``condition("e" not in str(context))`` does not kill every ending particle.
         LLaMPPL's default was True; pass ``show_eos=True`` for its display.
+    heal : bool
+        Token healing (default False): back off the prompt's last token and make the first
+        generated tokens re-spell its bytes (``"… is Pa"`` may continue as ``" Paris"``).
+        While :attr:`healing` is non-empty, observe :meth:`heal_dist` before each token (or
+        ``await model.call(context.heal())`` once): its allowed mass is the exact weight of
+        "the text after the kept tokens starts with the backed-off bytes"
+        (:mod:`llamppl.lm.bytes.healing`). ``str(context)`` shows the text after the prompt.
 
     Attributes
     ----------
@@ -71,6 +78,7 @@ class LMContext:
         show_eos: bool = False,
         *,
         messages: Sequence[dict] | None = None,
+        heal: bool = False,
     ) -> None:
         if not isinstance(lm, LanguageModel):
             raise TypeError(f"lm must be a LanguageModel, got {type(lm).__name__}")
@@ -87,6 +95,11 @@ class LMContext:
         bos = lm.bos_token_id
         if bos is not None and (not ids or ids[0] != bos):
             ids.insert(0, bos)
+        healing = b""
+        if heal and len(ids) > (bos is not None):
+            from .lm.bytes.healing import heal_prompt
+
+            ids, healing = heal_prompt(lm, ids)
         if not ids:
             raise ValueError(
                 "prompt must be non-empty: this language model has no BOS token to start from"
@@ -99,11 +112,51 @@ class LMContext:
         self.show_prompt = bool(show_prompt)  # what str(context) shows
         self.show_eos = bool(show_eos)
         self._annotations: dict[str, object] = {}  # per-particle notes of proposals (annotate)
+        self._healing = healing  # prompt bytes the next tokens must still re-spell (heal=True)
+        self._healed = healing  # all backed-off bytes, which str(context) leaves out
 
     # ------------------------------------------------------------------ distributions
     def next_token(self) -> LMNextToken:
         """Distribution over the next token; sampling or observing it extends the context."""
+        if self.__dict__.get("_healing") and self._mask is None:
+            raise ValueError(
+                f"this context is healing its prompt ({self._healing!r} still to re-spell): "
+                "observe context.heal_dist() before the next token, or await "
+                "model.call(context.heal())"
+            )
         return LMNextToken(self)
+
+    @property
+    def healing(self) -> bytes:
+        """Prompt bytes the next tokens must still re-spell (``heal=True``); ``b""`` when none."""
+        return self.__dict__.get("_healing", b"")
+
+    def heal_dist(self) -> LMTokenMask:
+        """Bernoulli "the next token is consistent with :attr:`healing`" (it extends the
+        bytes left or is a proper prefix of them); observe ``True`` to weight by the allowed mass
+        and restrict the next token to it (exact: LLaMPPL §2.2, formulation (b))."""
+        if not self.healing:
+            raise ValueError("heal_dist(): nothing to heal (make the context with heal=True)")
+        from .lm.bytes.healing import consistent_mask
+
+        return LMTokenMask(self, consistent_mask(self.lm, self.healing))
+
+    def heal(self):
+        """A SubModel that re-spells :attr:`healing` (``await model.call(context.heal())``):
+        before each token it observes :meth:`heal_dist` ``True``; returns the token ids drawn."""
+        from .submodel import submodel
+
+        @submodel
+        async def heal(sub):
+            drawn = []
+            while self.healing:
+                await sub.observe(self.heal_dist(), True)
+                if self.pending_mask is None:
+                    break  # no consistent token: the weight is 0
+                drawn.append(int(await sub.sample(self.next_token())))
+            return drawn
+
+        return heal()
 
     def next_tokens(self, n: int):
         """A SubModel sampling ``n`` next tokens (``await model.call(ctx.next_tokens(n))``); returns their ids."""
@@ -141,6 +194,11 @@ class LMContext:
         """Append a token (clears any pending mask)."""
         self.tokens.append(int(token_id))
         self._mask = None
+        if self.__dict__.get("_healing"):
+            from .lm.bytes.healing import after_token
+
+            rest = after_token(self.lm, self._healing, token_id)
+            self._healing = b"" if rest is None else rest  # inconsistent: its weight is 0
 
     @property
     def pending_mask(self) -> torch.Tensor | None:
@@ -179,7 +237,11 @@ class LMContext:
         ids = self.tokens if self.show_prompt else self.generated
         if not self.show_eos and ids and ids[-1] in self.lm.eos_token_ids:
             ids = ids[:-1]
-        return self.lm.decode(ids)
+        text = self.lm.decode(ids)
+        healed = self.__dict__.get("_healed", b"").decode("utf-8", errors="replace")
+        if healed and not self.show_prompt and text.startswith(healed):
+            return text[len(healed) :]  # heal=True: the re-spelled prompt bytes are prompt
+        return text
 
     def __repr__(self) -> str:
         return f"LMContext({self.prompt!r} + {str(self)!r})"

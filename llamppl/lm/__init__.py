@@ -2,6 +2,7 @@
 and the Hugging Face backed :class:`CachedCausalLM` with its token-trie KV cache."""
 
 from .base import LanguageModel, LMStats, validate_token_ids
+from .bytes import ByteLM, ByteLMStats
 from .function_lm import FunctionLM
 from .hf.cached_causal_lm import CachedCausalLM, CacheStats
 from .vllm import VLLMLM, VLLMStats
@@ -15,4 +16,6 @@ __all__ = [
     "validate_token_ids",
     "VLLMLM",
     "VLLMStats",
+    "ByteLM",
+    "ByteLMStats",
 ]
