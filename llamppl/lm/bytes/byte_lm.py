@@ -19,16 +19,19 @@ the token ids every text is conditioned on (default: the LM's BOS, else its toke
 ``<|endoftext|>`` document separator, else nothing for an LM that accepts an empty
 context such as a ``FunctionLM``); a chat is ``context=lm.apply_chat_template(messages)``.
 
-It is a :class:`~llamppl.lm.base.LanguageModel` whose tokens are the 256 bytes plus the end
-(id 256), so programs use it like any LM: ``LMContext(byte_lm, "The Fed says")`` samples
-bytes with exact weights (for this byte LM), ``HardConstraint(byte_lm, ...)`` checks a
-constraint at every byte, and the candidates of all particles' coverings are requested
-from the token LM concurrently, so they share one batched forward and the KV of the trie.
+It is a :class:`~llamppl.lm.base.LanguageModel` whose tokens are the 256 bytes, the end
+(id 256) and the start of the text (id 257, its ``bos_token_id``, never drawn, so
+``LMContext(byte_lm, "")`` starts right after ``context``). Programs use it like any LM:
+``LMContext(byte_lm, "The Fed says")`` samples bytes with exact weights (for this byte LM),
+``HardConstraint(byte_lm, ...)`` checks a constraint at every byte, and the covering
+elements of all particles are requested from the token LM concurrently, so they share one
+batched forward and the KV of the trie.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,6 +55,9 @@ __all__ = ["ByteLM", "ByteLMStats", "document_start"]
 
 #: How a non-ASCII byte shows in ``ByteLM.vocab`` (a byte alone is no character).
 REPLACEMENT = "\ufffd"
+#: The id of the start of the text (``bos_token_id``): ``LMContext`` puts it first, so an empty
+#: prompt is the start of the text after ``context`` (a chat's reply); it is never drawn.
+START = 257
 
 
 @dataclass
@@ -149,8 +155,9 @@ class ByteLM(LanguageModel):
                 "pass the token ids to condition on, e.g. context=lm.encode('\\n')"
             )
         self.stats: ByteLMStats = ByteLMStats()
-        self.vocab = [chr(b) if b < 128 else REPLACEMENT for b in range(256)] + [""]
+        self.vocab = [chr(b) if b < 128 else REPLACEMENT for b in range(256)] + ["", ""]
         self.eos_token_id = EOS_BYTE
+        self.bos_token_id = START
         self._tables = byte_tables(lm)
         self._coverings: LRU[bytes, Covering] = LRU(
             check_positive_int("max_coverings", max_coverings)
@@ -162,8 +169,8 @@ class ByteLM(LanguageModel):
     # ------------------------------------------------------------------ LanguageModel
     @property
     def byte_vocab(self) -> list[bytes]:
-        """Each byte id's one byte; the end (256) has none."""
-        return [bytes([b]) for b in range(256)] + [b""]
+        """Each byte id's one byte; the end (256) and the start (257) have none."""
+        return [bytes([b]) for b in range(256)] + [b"", b""]
 
     @property
     def device(self) -> torch.device:
@@ -176,22 +183,23 @@ class ByteLM(LanguageModel):
         return list(text.encode("utf-8"))
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        """The bytes decoded as UTF-8 (an incomplete character shows as U+FFFD); the end adds nothing."""
-        ids = validate_token_ids(token_ids, 257)
-        return bytes(i for i in ids if i != EOS_BYTE).decode("utf-8", errors="replace")
+        """The bytes decoded as UTF-8 (an incomplete character shows as U+FFFD); the end and
+        the start add nothing."""
+        ids = validate_token_ids(token_ids, 258)
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
     async def next_token_logprobs(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """``(257,)`` log-probs of the byte after the byte ids ``token_ids`` (see
-        :meth:`next_byte_logprobs`); the LM interface of programs (``LMContext``)."""
-        return await self.next_byte_logprobs(self._prefix_of(token_ids))
+        """``(258,)`` log-probs of the byte after the ids ``token_ids`` (bytes, after the start
+        257 that ``LMContext`` puts first): :meth:`next_byte_logprobs`, and ``-inf`` for the
+        start. The LM interface of programs (``LMContext``)."""
+        dist = await self.next_byte_logprobs(self._prefix_of(token_ids))
+        return torch.cat([dist, dist.new_full((1,), -math.inf)])
 
     def next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
         """The blocking hook: each context's next-byte log-probs (all requested concurrently)."""
 
         async def all_of() -> list[torch.Tensor]:
-            return list(
-                await asyncio.gather(*(self.next_byte_logprobs(bytes(c)) for c in contexts))
-            )
+            return list(await asyncio.gather(*(self.next_token_logprobs(c) for c in contexts)))
 
         return run(all_of())
 
@@ -310,10 +318,13 @@ class ByteLM(LanguageModel):
             cover.masses = element_masses(self._tables, cover)
 
     def _prefix_of(self, token_ids: Sequence[int]) -> bytes:
-        ids = validate_token_ids(token_ids, 257)
-        if EOS_BYTE in ids:
+        ids = validate_token_ids(token_ids, 258)
+        if ids and ids[0] == START:
+            ids = ids[1:]
+        if EOS_BYTE in ids or START in ids:
             raise ValueError(
-                "token_ids must not contain the end (256): a finished text has no next byte"
+                "token_ids must be bytes (0..255) after an optional start (257): the end (256) "
+                "ends the text, so a finished text has no next byte"
             )
         return bytes(ids)
 

@@ -172,3 +172,26 @@ def test_greedy_and_bad_input():
         run(byte_lm.next_byte_logprobs(3.5))
     with pytest.raises(ValueError, match="end"):
         run(byte_lm.next_token_logprobs([97, 256]))
+
+
+def test_character_constraints_mask_bytes_exactly():
+    # max_word_length's cheap mask over the 257 byte "tokens" gives the sampling formulation's
+    # posterior (each byte's text checked), on the byte LM's own distribution
+    from llamppl.constraints import max_word_length
+
+    lm = ambiguous_lm()
+    results = [
+        run(
+            enumerate_exact(
+                HardConstraint(
+                    ByteLM(lm, beam=None), "b", max_word_length(2), proposal=p, max_tokens=4
+                )
+            )
+        )
+        for p in ("mask", "sample")
+    ]
+    assert results[0].log_ml == pytest.approx(results[1].log_ml, abs=1e-12)
+    assert results[0].log_ml < 0
+    for key, p in results[1].posterior.items():
+        assert results[0].posterior.get(key, 0.0) == pytest.approx(p, abs=1e-12)
+    assert all(len(w) <= 2 for key in results[0].posterior for w in key.split())
