@@ -53,7 +53,9 @@ passes. A particle of weight 0 names why in ``failure`` (``"no allowed token"``,
 ``"token limit"``, ``"check timed out ..."``, ``"schema check: ..."``, ...).
 
 **Guiding particles toward an ending.** ``end_twist``, ``need_twist``, ``target_twist``: the
-twist of :mod:`.constraint_twists`, undone at the end (posterior and Z unchanged).
+twist of :mod:`llamppl.decoding.constraints.twists`, undone at the end (posterior and Z
+unchanged); ``twist=`` adds a program's own log ψ to it, such as a learned twist
+(:mod:`llamppl.inference.twist_learning`), undone the same way.
 
 **Time bound.** Every check runs under ``check_timeout`` seconds, one lazy draw's checks
 together under ten times that (:mod:`llamppl.decoding.constraints.time_bound`); past it the particle
@@ -97,7 +99,7 @@ from llamppl.decoding.constraints.time_bound import (
     check_timeout_seconds,
     time_bound,
 )
-from llamppl.decoding.constraints.twists import Twists
+from llamppl.decoding.constraints.twists import Twists, check_twist, twist_level
 from llamppl.decoding.proposals.constrained_tokens import (
     end_token_ids,
     one_of,
@@ -173,6 +175,12 @@ class HardConstraint(Model):
         paragraph's required last sentence) when there are any; the weight accounts for
         it exactly (:mod:`~llamppl.decoding.proposals.lazy`, "Hints"). 0 turns hints off;
         constraints without hints are unaffected.
+    twist : Callable[[HardConstraint], float | Awaitable[float]] | None
+        A twist of one's own: log ψ of a live particle's prefix (a finite number, or an
+        awaitable of one), added to the hand-weighted terms above after every step and undone
+        when the particle ends, so posterior and Z do not depend on it. A learned twist
+        (:class:`~llamppl.inference.twist_learning.LearnedTwist`) or any callable; to use it
+        alone set ``end_twist=need_twist=target_twist=0``.
 
     Attributes
     ----------
@@ -212,6 +220,7 @@ class HardConstraint(Model):
         target_twist: float = 8.0,
         hint_prob: float = 0.5,
         complete: Callable[[str], bool] | None = None,
+        twist: Callable | None = None,
     ) -> None:
         super().__init__()
         one_of("proposal", proposal, PROPOSALS)
@@ -234,6 +243,7 @@ class HardConstraint(Model):
         self.twists = Twists.checked(
             end_twist, need_twist, target_twist, end_varies=not self.prefix_only
         )
+        self.own_twist = check_twist(twist)
         hint_prob = real_number("hint_prob", hint_prob)  # 0-d tensors and NumPy scalars too
         self.hint_prob = check_unit_interval(
             "hint_prob", hint_prob, open_left=False, open_right=True
@@ -279,6 +289,8 @@ class HardConstraint(Model):
         if token is None:  # the particle died (its cause named)
             return
         self._after(token, last)
+        if not self.done_stepping():
+            await self._retwist()
 
     def _after(self, token: int, last: bool) -> None:
         """Advance the state by ``token``; end or cut the text."""
@@ -294,9 +306,14 @@ class HardConstraint(Model):
                 return
             self.ending = "cut"
             self.finish()
-            return
-        level, checks = self.twists.log_psi(self.constraint, lm, self.state)
+
+    async def _retwist(self) -> None:
+        """Set the live particle's twist to log ψ of its prefix: the hand-weighted terms plus
+        the program's own ``twist`` (the difference from the outstanding twist is scored)."""
+        level, checks = self.twists.log_psi(self.constraint, self.context.lm, self.state)
         self.checks += checks
+        if self.own_twist is not None:
+            level += await twist_level(self.own_twist, self)
         if level != self.twist_amount:
             self.twist(level - self.twist_amount)
 

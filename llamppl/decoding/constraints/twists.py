@@ -16,11 +16,18 @@ ways (runs of dots, words glued by periods) must not earn the credit. The one pr
 credit is a copy of a required sentence under way where it may stand last: it is withdrawn
 the moment the copy breaks. The target term pays a particle back the LM's price of writing
 a required word, so the particles that put it off do not outweigh it.
+
+A program may add a twist of its own, ``HardConstraint(..., twist=fn)``: any callable of the
+particle that returns log ψ (a real number, or an awaitable of one: a learned twist,
+:class:`~llamppl.inference.twist_learning.LearnedTwist`, reads the LM's hidden state), added
+to the terms above and undone at the end like them (:func:`twist_level`).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +35,7 @@ from llamppl.decoding.constraints.protocol import Constraint
 from llamppl.lm.base import LanguageModel
 from llamppl.validation import check_real_range, real_number
 
-__all__ = ["Twists"]
+__all__ = ["Twists", "check_twist", "twist_level"]
 
 
 @dataclass(frozen=True)
@@ -61,3 +68,26 @@ class Twists:
         if self.target:
             level -= self.target * constraint.missing(lm, state)
         return level, checks
+
+
+def check_twist(twist: object) -> Callable | None:
+    """``twist`` if it is None or callable, else a ``TypeError`` naming it."""
+    if twist is not None and not callable(twist):
+        raise TypeError(
+            "twist must be a callable of the particle returning log ψ (a number or an "
+            f"awaitable of one), or None; got {type(twist).__name__}"
+        )
+    return twist
+
+
+async def twist_level(twist: Callable, model: Any) -> float:
+    """log ψ of a program's own twist for ``model``: ``twist(model)``, awaited if it is
+    awaitable; a finite real number (``ValueError`` for NaN or an infinity, since ψ must be
+    positive and finite for the twists to cancel)."""
+    value = twist(model)
+    if inspect.isawaitable(value):
+        value = await value
+    value = real_number("twist(model)", value)
+    if not math.isfinite(value):
+        raise ValueError(f"twist(model) must be a finite log ψ, got {value}")
+    return value

@@ -50,12 +50,13 @@ only (no transformer forward).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from ...threads import apply_default_threads
-from ..base import check_contexts
+from ..base import check_contexts, validate_token_ids
 from ..hf_vocab import HFTokenizerLM
 from ..trie import TokenTrie, TrieNode
 from .arch import Architecture, inspect_architecture
@@ -279,6 +280,31 @@ class CachedCausalLM(HFTokenizerLM):
         self._cache.clear()
         self.logprob_memo.clear()
         self.stats.cached_tokens = 0
+
+    @property
+    def hidden_size(self) -> int:
+        """Width D of the final hidden state (:meth:`next_token_hidden`)."""
+        return int(self._head.weight.shape[1])
+
+    async def next_token_hidden(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """The final hidden state ``(D,)`` float32 after ``token_ids``: the LM head's input,
+        from which :meth:`next_token_logprobs` is computed (head, logit transform, softmax).
+
+        It is the row the forward behind :meth:`next_token_logprobs` computes anyway and keeps
+        on the context's trie node, so no second pass: a cached context costs a lookup, a new
+        one its share of the batched forward of every context awaited with it (concurrent
+        awaits are coalesced as log-prob requests are); the log-probs are then cached too.
+        """
+        ids = validate_token_ids(token_ids, self.vocab_size)
+        for _ in range(3):  # the node may be evicted between the forward and this lookup
+            node, matched = self._cache.trie.match_prefix(ids)
+            if ids and matched == len(ids) and node.hidden is not None:
+                return node.hidden.to(torch.float32, copy=True)  # never the cache's own
+            await self.next_token_logprobs(ids)
+        raise RuntimeError(
+            f"the hidden state of a {len(ids)}-token context was evicted three times before it "
+            "could be read; raise max_cache_tokens"
+        )
 
     # ------------------------------------------------------------------ serving
     def next_token_logprobs_batch(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
