@@ -11,9 +11,16 @@
 (c) Greedy completion of prompts that end inside a word: ``ByteLM(lm, beam=8).greedy``
     against greedy decoding from the token prompt (both from ``<|endoftext|>``); a
     completion is right when its first word finishes the word as expected.
+(d) ``--patterns N``: the pattern task of ``bench_patterns.py`` (same instances, chat prompt,
+    library constraint ``regex_prefix``, newline stop rule, metric) on its first N instances,
+    ``smc_standard`` over ``HardConstraint`` with the mask proposal at the token level (100
+    tokens at most) and at the byte level (``ByteLM(lm, beam=K, context=prompt ids)``, the
+    reply's bytes from an empty prompt, 100 bytes at most): posterior-weighted accuracy and
+    CPU seconds.
 
     .venv/bin/python benchmarks/bench_bytes.py                      # writes nothing
     .venv/bin/python benchmarks/bench_bytes.py --record benchmarks/results/bytes.jsonl
+    .venv/bin/python benchmarks/bench_bytes.py --only-patterns --patterns 10 --record FILE
 """
 
 from __future__ import annotations
@@ -106,10 +113,18 @@ def main() -> None:
     parser.add_argument("--greedy-beam", type=positive_int, default=8)
     parser.add_argument("--texts", type=positive_int, default=len(TEXTS))
     parser.add_argument("--record", default=None, help="append JSON lines to this file")
+    parser.add_argument("--patterns", type=int, default=0, help="pattern instances (0: none)")
+    parser.add_argument("--particles", type=positive_int, default=8)
+    parser.add_argument("--pattern-beam", type=positive_int, default=4)
+    parser.add_argument("--only-patterns", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"torch threads: {torch.get_num_threads()}")
     base = CachedCausalLM.default()
+    if args.only_patterns:
+        records = patterns(base, args)
+        write(args.record, records)
+        return
     start = document_start(base)
     texts = [t.encode() for t in TEXTS[: args.texts]]
     n_bytes = sum(map(len, texts))
@@ -201,12 +216,87 @@ def main() -> None:
         f"greedy completion: byte view (beam {args.greedy_beam}) {byte_right}/{len(COMPLETIONS)}, "
         f"token view {token_right}/{len(COMPLETIONS)}; CPU {byte_cpu:.1f} s vs {token_cpu:.1f} s"
     )
-    if args.record:
+    if args.patterns:
+        records += patterns(base, args)
+    write(args.record, records)
+
+
+def write(path: str | None, records: list[dict]) -> None:
+    if path:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        with open(args.record, "a") as f:
+        with open(path, "a") as f:
             for r in records:
                 f.write(json.dumps({"time": stamp, "threads": 1, **r}) + "\n")
-        print(f"appended {len(records)} records to {args.record}")
+        print(f"appended {len(records)} records to {path}")
+
+
+def weighted_particles(result) -> list:
+    """The run's particles as the metric reads them (finished: ended by a stop token)."""
+    import awrs_metrics as M
+
+    weights = result.weights
+    total = sum(weights)
+    out = []
+    for p, w in zip(result.particles, weights):
+        finished = p.finished and p.failure is None and len(p.context.generated) > 0
+        finished = finished and int(p.context.tokens[-1]) in p.end_ids
+        out.append(M.Particle(p.text, float(w / total) if total > 0 else 0.0, finished))
+    return out
+
+
+def patterns(base: CachedCausalLM, args) -> list[dict]:
+    """Section (d): the pattern task at the token and at the byte level."""
+    import awrs_metrics as M
+    import awrs_tasks as T
+
+    from llamppl.constraints import regex_prefix
+    from llamppl.inference import smc_standard
+    from llamppl.models import HardConstraint
+
+    common = dict(stop="newline", check_timeout=T.CHECK_TIMEOUT)
+    totals = {"token": [0.0, 0.0, 0.0], "byte": [0.0, 0.0, 0.0]}  # score, valid, CPU
+    records = []
+    for inst in T.instances("patterns", args.patterns):
+        ids = base.encode(inst.prompt(base.tokenizer))
+        row = {"what": "patterns", "instance": inst.id, "particles": args.particles}
+        for view in ("token", "byte"):
+            lm = fresh(base)
+            if view == "token":
+                model = HardConstraint(
+                    lm, ids, regex_prefix(inst.pattern), "mask", max_tokens=100, **common
+                )
+            else:
+                byte_lm = ByteLM(lm, beam=args.pattern_beam, context=ids)
+                model = HardConstraint(
+                    byte_lm, "", regex_prefix(inst.pattern), "mask", max_tokens=100, **common
+                )
+            result, cpu, _ = timed(smc_standard(model, args.particles, 0.5, seed=0))
+            score, valid = M.posterior_score(weighted_particles(result), inst.score)
+            best = max(zip(result.weights, result.particles), key=lambda x: x[0])[1].text
+            row[view] = {
+                "score": score,
+                "valid": valid,
+                "cpu_s": cpu,
+                "forward_calls": lm.stats.forward_calls,
+                "best_text": best,
+            }
+            for i, v in enumerate((score, valid, cpu)):
+                totals[view][i] += v
+        row["pattern_beam"] = args.pattern_beam
+        records.append(row)
+        print(
+            f"pattern {inst.id:>4} {inst.pattern[:28]!r:<32} token {row['token']['score']:.2f} "
+            f"({row['token']['cpu_s']:.1f} s, {row['token']['best_text']!r:.20})   byte "
+            f"{row['byte']['score']:.2f} ({row['byte']['cpu_s']:.1f} s, "
+            f"{row['byte']['best_text']!r:.20})"
+        )
+    n = args.patterns
+    print(
+        f"patterns ({n} instances, N = {args.particles}, mask proposal): token view accuracy "
+        f"{totals['token'][0] / n:.3f}, CPU {totals['token'][2]:.1f} s; byte view (beam "
+        f"{args.pattern_beam}) accuracy {totals['byte'][0] / n:.3f}, CPU {totals['byte'][2]:.1f} s"
+    )
+    return records
 
 
 async def _all(coros):

@@ -195,3 +195,19 @@ def test_character_constraints_mask_bytes_exactly():
     for key, p in results[1].posterior.items():
         assert results[0].posterior.get(key, 0.0) == pytest.approx(p, abs=1e-12)
     assert all(len(w) <= 2 for key in results[0].posterior for w in key.split())
+
+
+def test_an_empty_prompt_starts_right_after_the_context():
+    # LMContext puts the start id (257) first: the bytes are the reply after ``context``
+    lm = ambiguous_lm()
+    byte_lm = ByteLM(lm, beam=None, context=[1])
+    assert LMContext(byte_lm, "").tokens == [257]
+    result = run(enumerate_exact(ByteWords(byte_lm, "")))
+    target = {x + "$": p for x, p in brute_string_probs(lm, 2, context=(1,)).items()}
+    for rest in map("".join, itertools.product("ab", repeat=3)):
+        target[rest] = math.exp(brute_prefix_logprob(lm, rest, context=(1,)))
+    target = {k: v for k, v in target.items() if "bb" not in k}
+    z = sum(target.values())
+    assert result.log_ml == pytest.approx(math.log(z), abs=1e-9)
+    for key, p in target.items():
+        assert result.posterior.get(key, 0.0) == pytest.approx(p / z, abs=1e-9), key

@@ -32,7 +32,7 @@ def test_greedy_heals_a_prompt_that_ends_inside_a_word(make_lm):
 
 
 def test_concurrent_coverings_share_forwards(make_lm):
-    prompts = [b"The cat sat on the", b"A dog ran to the", b"Rain fell on the", b"We walked by the"]
+    prompts = [b"The cat sat", b"A dog ran", b"Rain fell", b"We walked"]
 
     def forwards(concurrent: bool) -> int:
         lm = make_lm()
