@@ -22,6 +22,10 @@ metric:
   (:func:`llamppl.decoding.chemistry.open_closures`, a guide rather than a bound on tokens),
   which ``HardConstraint``'s ``need_twist`` turns into a twist (same posterior and Z; what a
   user who knows SMILES would add).
+- ``SMC lazy + learned twist`` — the task's checks alone with a twist fitted on the
+  program's own runs on training prompts drawn with another seed, raised to the power
+  ``awrs_twist.SHARPNESS`` chosen on validation prompts (:mod:`awrs_twist`: cached under
+  ``benchmarks/twists/``, trained before any timed run, its training CPU in ``extra``).
 
 The constraint is the task's library constraint (:func:`~llamppl.decoding.chemistry.smiles`,
 closed under prefixes by construction; :func:`~llamppl.constraints.regex_prefix`, whose
@@ -49,6 +53,7 @@ import awrs_tasks as T
 import torch
 from _args import nonnegative_int, positive_int
 from _concurrency import add_concurrency_argument, concurrency, solve_all
+from awrs_twist import SHARPNESS, TRAIN_SEED, TwistSettings, learned_twist, make_program
 
 from llamppl import CachedCausalLM, run
 from llamppl.constraints import Constraint
@@ -59,7 +64,7 @@ from llamppl.models import HardConstraint
 
 __all__ = ["METHODS", "main", "run_method", "solve_method"]
 
-METHODS = ("base", "lcd", "rerank", "smc-mask", "smc-lazy", "smc-plain", "smc-need")
+METHODS = ("base", "lcd", "rerank", "smc-mask", "smc-lazy", "smc-plain", "smc-need", "smc-learned")
 NAMES = {
     "base": "base LM",
     "lcd": "locally constrained",
@@ -68,7 +73,10 @@ NAMES = {
     "smc-lazy": "llamppl SMC lazy",
     "smc-plain": "llamppl SMC lazy, closure undeclared",
     "smc-need": "llamppl SMC lazy + need",
+    "smc-learned": "llamppl SMC lazy + learned twist",
 }
+#: ``smc-learned``'s twist per task: the twist, its file, training CPU seconds and sharpness.
+LEARNED: dict[str, dict[str, Any]] = {}
 
 
 class CountedSmiles(Smiles):
@@ -197,7 +205,10 @@ async def solve_method(
         return Outcome(particles, calls, _extensions(result), {})
     constraint = _constraint(instance, need=method == "smc-need", plain=method == "smc-plain")
     proposal = "mask" if method == "smc-mask" else "lazy"
-    model = HardConstraint(lm, prompt, constraint, proposal, **common)
+    if method == "smc-learned":
+        model = make_program(lm, instance, LEARNED[instance.task]["twist"], constraint)
+    else:
+        model = HardConstraint(lm, prompt, constraint, proposal, **common)
     if method == "lcd":
         result = await importance_sampling(model, 1, seed=seed)
         particles = _particles(result, weighted=False)  # the weight is ignored: local masking
@@ -243,7 +254,16 @@ def make_record(
         cpu_seconds=done["cpu_seconds"],
         wall_seconds=done["wall_seconds"],
         error=error,
-        extra={"seed": seed, "concurrency": done["concurrency"], **out.extra},
+        extra={
+            "seed": seed,
+            "concurrency": done["concurrency"],
+            **out.extra,
+            **(
+                {k: v for k, v in LEARNED[instance.task].items() if k != "twist"}
+                if method == "smc-learned"
+                else {}
+            ),
+        },
     )
 
 
@@ -274,8 +294,11 @@ def main(task: str, argv: list[str] | None = None) -> None:
     parser.add_argument("--peer", type=Path, nargs="*", default=[], help="peer record files")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads")
     parser.add_argument("--report", action="store_true", help="only print the table")
+    parser.add_argument("--retrain-twist", action="store_true", help="smc-learned: no cache")
     add_concurrency_argument(parser)
     args = parser.parse_args(argv)
+    if "smc-learned" in args.methods and args.seed == TRAIN_SEED:
+        parser.error(f"--seed {TRAIN_SEED} draws smc-learned's training prompts; pick another")
     torch.set_num_threads(args.threads)
     print(f"[{task}] torch threads {torch.get_num_threads()}, out {args.out}", flush=True)
     if not args.report:
@@ -283,6 +306,15 @@ def main(task: str, argv: list[str] | None = None) -> None:
         lm = CachedCausalLM.default()
         instances = T.instances(task, args.instances, seed=args.seed)
         run_method("base", lm, instances[0], 1, 0)  # warm-up: trie, tables
+        if "smc-learned" in args.methods:  # trained or loaded before any timed run
+            settings = TwistSettings(task)
+            twist, cpu, _ = learned_twist(lm, settings, instances, args.retrain_twist)
+            LEARNED[task] = {
+                "twist": twist.sharpened(SHARPNESS),
+                "twist_file": settings.path().name,
+                "twist_training_cpu_s": cpu,
+                "twist_sharpness": SHARPNESS,
+            }
         runs = []  # (method, instance, n, replicate, seed)
         for rep in range(args.start_replicate, args.replicates):
             for k, inst in enumerate(instances):

@@ -39,6 +39,8 @@ head's error costs efficiency only: exactness holds for every positive twist. Th
 
     log ψ_θ(s_{1:t}) = clip(log σ(f_θ(x_t)), −clip, 0)        (positive, finite)
 
+(:meth:`LearnedTwist.sharpened` gives ψ_θ^a, a > 0, a twist as valid as ψ_θ.)
+
 (``rounds > 1`` re-runs the program under the twist learned so far and refits on all data,
 so the head also sees the prefixes its own twist makes SMC keep.)
 
@@ -163,6 +165,9 @@ class TrainingReport:
 class LearnedTwist:
     """A twist log ψ_θ(prefix) = clip(log σ(f_θ(x)), −clip, 0) over a particle's features.
 
+    Calling it, ``await learned(model)``, gives log ψ of the particle's prefix;
+    :meth:`retwist` applies it through ``Model.twist``.
+
     Parameters
     ----------
     features : TwistFeatures
@@ -177,9 +182,6 @@ class LearnedTwist:
         Hidden units of the head (0: linear).
     report : TrainingReport | None
         How it was trained (None for a twist built by hand).
-
-    Calling it, ``await learned(model)``, gives log ψ of the particle's prefix;
-    :meth:`retwist` applies it through ``Model.twist``.
     """
 
     def __init__(
@@ -200,6 +202,7 @@ class LearnedTwist:
         self.mean = torch.as_tensor(mean, dtype=torch.float32)
         self.std = torch.as_tensor(std, dtype=torch.float32)
         self.clip, self.hidden, self.report = float(clip), int(hidden), report
+        self.sharpness = 1.0
 
     @property
     def dim(self) -> int:
@@ -215,7 +218,8 @@ class LearnedTwist:
             )
         with torch.no_grad():
             logit = self.head(((x - self.mean) / self.std).float()).squeeze(-1)
-            return torch.nn.functional.logsigmoid(logit).clamp(-self.clip, 0.0)
+            log_psi = self.sharpness * torch.nn.functional.logsigmoid(logit)
+            return log_psi.clamp(-self.clip, 0.0)
 
     async def __call__(self, model: Model) -> float:
         """log ψ_θ of the particle's prefix (a finite number in [−clip, 0])."""
@@ -232,6 +236,18 @@ class LearnedTwist:
     def __deepcopy__(self, memo: dict) -> LearnedTwist:
         return self  # particles share it
 
+    def sharpened(self, sharpness: float) -> LearnedTwist:
+        """The twist ψ_θ^sharpness (same head): a positive power of a positive twist is one
+        too, so exactness is kept; above 1 resampling favours likely successes more greedily
+        (a setting to choose on training prompts, not on evaluated ones)."""
+        if not (isinstance(sharpness, (int, float)) and 0 < sharpness < math.inf):
+            raise ValueError(f"sharpness must be a positive finite number, got {sharpness!r}")
+        out = LearnedTwist(
+            self.features, self.head, self.mean, self.std, self.clip, self.hidden, self.report
+        )
+        out.sharpness = float(sharpness)
+        return out
+
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike) -> None:
         """Write the head, the standardisation and the feature specs (tensors and plain data,
@@ -245,6 +261,7 @@ class LearnedTwist:
                 "std": self.std,
                 "clip": self.clip,
                 "hidden": self.hidden,
+                "sharpness": self.sharpness,
                 "names": list(self.features.names),
                 "specs": self.features.specs(),
                 "report": report,
@@ -269,11 +286,13 @@ class LearnedTwist:
         head = _head(int(data["mean"].shape[0]), int(data["hidden"]))
         head.load_state_dict(data["head"])
         report = None if data["report"] is None else TrainingReport(**data["report"])
-        return cls(features, head, data["mean"], data["std"], data["clip"], data["hidden"], report)
+        twist = cls(features, head, data["mean"], data["std"], data["clip"], data["hidden"], report)
+        return twist.sharpened(data.get("sharpness", 1.0))
 
     def __repr__(self) -> str:
         kind = "linear" if self.hidden == 0 else f"MLP({self.hidden})"
-        return f"LearnedTwist({kind} over {self.features!r}, clip={self.clip:g})"
+        power = "" if self.sharpness == 1.0 else f", sharpness={self.sharpness:g}"
+        return f"LearnedTwist({kind} over {self.features!r}, clip={self.clip:g}{power})"
 
 
 class _Recorder:

@@ -228,11 +228,14 @@ def test_a_learned_twist_in_hard_constraint_with_a_plain_callable_is_exact():
     )
     assert twist.report.trajectories == 48
     target, z = _target()
-    exact = run(enumerate_exact(_program(twist, "lazy")))
-    paths = weighted_paths(exact)
-    assert math.exp(exact.log_ml) == pytest.approx(z, abs=1e-9)
-    for path, w in target.items():
-        assert paths[path] / sum(paths.values()) == pytest.approx(w, abs=1e-9)
+    for guide in (twist, twist.sharpened(3.0)):
+        exact = run(enumerate_exact(_program(guide, "lazy")))
+        paths = weighted_paths(exact)
+        assert math.exp(exact.log_ml) == pytest.approx(z, abs=1e-9)
+        for path, w in target.items():
+            assert paths[path] / sum(paths.values()) == pytest.approx(w, abs=1e-9)
+    with pytest.raises(ValueError, match="sharpness must be"):
+        twist.sharpened(0)
     levels = [run(twist(_program(None, "lazy", p))) for p in [(0,), (0, 1, 2)]]
     assert all(-twist.clip <= lv <= 0.0 for lv in levels)
 
