@@ -241,7 +241,8 @@ def test_default_returns_fresh_lm_sharing_weights(smollm):
 def test_from_pretrained_local_copy(smollm):
     from llamppl.lm.hf.embedded import converted_dir
 
-    lm = CachedCausalLM.from_pretrained(converted_dir(), max_cache_tokens=100)
+    # weights="auto": the default's linear-layer format (float16 weights on a CPU)
+    lm = CachedCausalLM.from_pretrained(converted_dir(), max_cache_tokens=100, weights="auto")
     ctx = lm.encode("Hi there")
     (a,) = gather(lm, [ctx])
     (b,) = gather(smollm, [ctx])

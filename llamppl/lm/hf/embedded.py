@@ -11,13 +11,21 @@ ever downloaded from a model hub::
     model, tokenizer = load_embedded()          # fp32 LlamaForCausalLM, on CPU
     lm = CachedCausalLM(model, tokenizer)       # what CachedCausalLM.default() does
 
-Loaded weights are memoised per process (per device and dtype), so building
-several ``CachedCausalLM.default()`` instances does not reload from disk.
+Loaded weights are memoised per process (per device, dtype and ``weights``
+format), so building several ``CachedCausalLM.default()`` instances does not
+reload from disk. ``weights="fp16"`` (what ``CachedCausalLM.default()`` uses on
+a CPU) is the float32 model with its linear layers running on float16 copies of
+their weights (:mod:`llamppl.lm.hf.fast_linear`); it shares every float32 tensor
+with the ``"fp32"`` model of the same process, so holding both costs only the
+packed float16 copies (~270 MB). FBGEMM's packed form cannot be stored (it
+serialises back to float32), so it is packed at the first load of each process
+(about 1.5 s of CPU time for the 135M weights).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import os
 import shutil
@@ -32,7 +40,7 @@ __all__ = ["GGUF_NAME", "cache_dir", "converted_dir", "gguf_path", "load_embedde
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CONVERTED_NAME = "SmolLM2-135M-Instruct-fp32"
-_MEMO: dict[tuple[str, torch.dtype], tuple[object, object]] = {}
+_MEMO: dict[tuple[str, torch.dtype, str], tuple[object, object]] = {}
 _LOCK = threading.Lock()
 
 
@@ -105,16 +113,39 @@ def _convert(gguf: Path, target: Path) -> None:
 
 
 def load_embedded(
-    device: str | torch.device | None = None, dtype: torch.dtype = torch.float32
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+    weights: str = "fp32",
 ) -> tuple[object, object]:
     """Return ``(hf_model, tokenizer)`` of the embedded SmolLM2-135M-Instruct, in eval mode.
 
     Converts and caches the fp32 copy on first use (see the module docstring).
+    ``weights`` is a format of :mod:`llamppl.lm.hf.fast_linear`: ``"fp32"`` (the
+    model as converted) or ``"fp16"`` (float32 model on the CPU only; its linear
+    layers read float16 weights). ``ValueError`` naming ``weights`` otherwise.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .fast_linear import WEIGHT_FORMATS, accelerate_linears
+
+    if weights not in WEIGHT_FORMATS:
+        raise ValueError(
+            f"weights={weights!r} is not one of {', '.join(map(repr, WEIGHT_FORMATS))}"
+        )
     dev = torch.device(device) if device is not None else torch.device("cpu")
-    key = (str(dev), dtype)
+    if weights != "fp32":
+        key = (str(dev), dtype, weights)
+        if key in _MEMO:
+            return _MEMO[key]
+        base, tokenizer = load_embedded(dev, dtype, "fp32")
+        with _LOCK:
+            if key not in _MEMO:
+                shared = {id(t): t for t in (*base.parameters(), *base.buffers())}
+                model = copy.deepcopy(base, memo=shared)  # new modules, the same tensors
+                accelerate_linears(model, weights)
+                _MEMO[key] = (model.eval(), tokenizer)
+            return _MEMO[key]
+    key = (str(dev), dtype, weights)
     with _LOCK:
         if key in _MEMO:
             return _MEMO[key]

@@ -5,12 +5,18 @@ points over :func:`load_pretrained` (a local directory, a ``.gguf`` file or a
 model already in the local Hugging Face cache) and :func:`load_default` (the
 embedded SmolLM2-135M-Instruct, :mod:`llamppl.lm.hf.embedded`). :func:`place_model`
 moves a model to the requested device and dtype (or checks that a model placed
-with ``device_map`` agrees). ``device`` and ``dtype`` are checked first
-(:func:`check_device`, :func:`check_dtype`), so a typo or a device this torch
-build lacks is a ``ValueError`` naming the argument::
+with ``device_map`` agrees). ``device``, ``dtype`` and ``weights`` are checked first
+(:func:`check_device`, :func:`check_dtype`, :func:`check_weights`), so a typo or a
+device this torch build lacks is a ``ValueError`` naming the argument::
 
     model, tokenizer = load_pretrained("~/models/Qwen2.5-0.5B", dtype="bfloat16")
     check_device("cuda")    # ValueError on a CPU-only build: "... this torch build has: cpu"
+    check_weights("auto", None, torch.float32)    # "fp16" on an x86-64 CPU, else "fp32"
+
+``weights`` chooses how the linear layers run (:mod:`llamppl.lm.hf.fast_linear`):
+``"fp32"`` as the model is, ``"fp16"`` with float16 weights and float32 activations
+on the CPU (decode steps 1.2-2.4x faster, mean KL 2e-6 nats per token), ``"auto"``
+the latter where it applies (a float32 model on the CPU with FBGEMM), else ``"fp32"``.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ __all__ = [
     "available_devices",
     "check_device",
     "check_dtype",
+    "check_weights",
     "load_default",
     "load_pretrained",
     "place_model",
 ]
 
 _DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
+WEIGHTS = ("auto", "fp32", "fp16")
 
 
 def available_devices() -> list[str]:
@@ -107,6 +115,33 @@ def check_dtype(dtype: object, name: str = "dtype", allow_auto: bool = False) ->
     return dtype
 
 
+def check_weights(weights: object, device: torch.device | None, dtype: object) -> str:
+    """``weights`` resolved to a format of :mod:`llamppl.lm.hf.fast_linear` (``"fp32"`` or ``"fp16"``).
+
+    ``"auto"`` is ``"fp16"`` for a float32 model on the CPU (``device`` None or
+    ``cpu``) in a torch build with FBGEMM, else ``"fp32"`` (other devices keep
+    their usual path). ``"fp16"`` elsewhere, or any other value, is a
+    ``ValueError`` naming ``weights`` and the allowed values.
+    """
+    from .fast_linear import fp16_gemm_supported
+
+    allowed = ", ".join(repr(w) for w in WEIGHTS)
+    if not isinstance(weights, str) or weights not in WEIGHTS:
+        raise ValueError(f"weights={weights!r} is not one of {allowed}")
+    on_cpu = device is None or device.type == "cpu"
+    fits = on_cpu and dtype in (torch.float32, "float32") and fp16_gemm_supported()
+    if weights == "auto":
+        return "fp16" if fits else "fp32"
+    if weights == "fp16" and not fits:
+        where = "" if on_cpu else f" (device={str(device)!r})"
+        raise ValueError(
+            f"weights='fp16' runs a float32 model on the CPU with FBGEMM{where}, got dtype={dtype}"
+            + ("" if fp16_gemm_supported() else " and a torch build without FBGEMM")
+            + f"; use weights='fp32' (allowed: {allowed})"
+        )
+    return weights
+
+
 def place_model(
     hf_model: Any, device: torch.device | None, dtype: torch.dtype | None
 ) -> tuple[torch.device, torch.dtype]:
@@ -135,12 +170,16 @@ def place_model(
     return target_device, target_dtype
 
 
-def load_pretrained(path: str | os.PathLike, dtype: Any, **model_kwargs: Any) -> tuple[Any, Any]:
+def load_pretrained(
+    path: str | os.PathLike, dtype: Any, weights: str = "fp32", **model_kwargs: Any
+) -> tuple[Any, Any]:
     """``(hf_model, tokenizer)`` from a local directory, a ``.gguf`` file or the local HF cache.
 
     ``attn_implementation`` defaults to ``"sdpa"``; other keyword arguments go to
-    ``AutoModelForCausalLM.from_pretrained``. Raises ``ValueError`` naming
-    ``path`` if it cannot be found locally.
+    ``AutoModelForCausalLM.from_pretrained``. ``weights`` is a resolved format
+    (:func:`check_weights`): ``"fp16"`` swaps the linear layers after loading
+    (:func:`llamppl.lm.hf.fast_linear.accelerate_linears`). Raises ``ValueError``
+    naming ``path`` if it cannot be found locally.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -170,11 +209,18 @@ def load_pretrained(path: str | os.PathLike, dtype: Any, **model_kwargs: Any) ->
             f"path {str(path)!r} does not exist and is not in the local Hugging Face cache "
             "(models are never downloaded; pass a local directory or .gguf file)"
         ) from exc
+    if weights != "fp32":
+        from .fast_linear import accelerate_linears
+
+        accelerate_linears(model.eval(), weights)
     return model, tokenizer
 
 
-def load_default(device: torch.device | None, dtype: Any) -> tuple[Any, Any]:
-    """``(hf_model, tokenizer)`` of the embedded SmolLM2-135M-Instruct (weights shared per process)."""
+def load_default(device: torch.device | None, dtype: Any, weights: str = "fp32") -> tuple[Any, Any]:
+    """``(hf_model, tokenizer)`` of the embedded SmolLM2-135M-Instruct (weights shared per process).
+
+    ``weights`` is a resolved format (:func:`check_weights`).
+    """
     from .embedded import load_embedded
 
-    return load_embedded(device, check_dtype(dtype))
+    return load_embedded(device, check_dtype(dtype), weights=weights)
