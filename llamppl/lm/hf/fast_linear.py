@@ -159,8 +159,9 @@ def accelerate_linears(model: torch.nn.Module, weights: str) -> int:
     alone; ``"fp16"`` swaps every gated MLP for an :class:`FP16GatedMLP` and every
     other ``torch.nn.Linear`` (attention projections, the output head, whose tie
     to the input embeddings stays) for an :class:`FP16Linear`. The
-    model must be float32 on the CPU for ``"fp16"``. Packing reads each weight
-    once (about 35 ns per weight; ~5 s for a 135M-parameter model).
+    model must be float32 on the CPU for ``"fp16"``. FBGEMM packs each weight in
+    about 11 ns of CPU time (measured on 1536 × 576 matrices): ~1.5 s for the 135M
+    weights of SmolLM2.
     """
     if weights not in WEIGHT_FORMATS:
         raise ValueError(
