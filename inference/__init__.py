@@ -29,6 +29,8 @@ from .smc_standard import smc_standard
 from .smc_steer import Steering, smc_steer, steer_downsample
 from .step_info import StepInfo
 from .steps import StepLimitError, run_population
+from .twist_features import TwistFeatures
+from .twist_learning import LearnedTwist, TrainingReport, learn_twist
 
 __all__ = [
     "smc_standard",
@@ -58,4 +60,8 @@ __all__ = [
     "PinnedMultinomial",
     "ess_rule",
     "ResampleMove",
+    "TwistFeatures",
+    "LearnedTwist",
+    "TrainingReport",
+    "learn_twist",
 ]
