@@ -6,17 +6,21 @@ script measures what that buys, on the embedded SmolLM2 with one torch thread, e
 beside the same K problems one after another in the same run:
 
 - ``hard``: the hard-constraint program (``HardConstraint`` with ``max_word_length(5)``,
-  ``smc_standard`` N = 16, 30 tokens), prompts the first sentences of COLLIE-v1's example
-  texts (not written here);
+  ``smc_standard`` N = 16 or ``--particles``, 30 tokens), prompts the first sentences of
+  COLLIE-v1's example texts (not written here);
 - ``collie``: COLLIE-v1's instances (``collie_constraint``, ``token_budget``, N = 8);
 - ``json``: JSONSchemaBench's ``Github_easy`` schemas (``GrammarConstraint``, N = 4, 48 tokens).
 
 For each K it prints CPU seconds and problems per CPU-second both ways, their ratio, the
 peak resident memory of each way (``VmHWM``, reset before each), forward calls and tokens
 run, and how many problems got the same log Ẑ and the same first text both ways (batched
-float kernels may round differently). Records go to ``--out`` (one JSON line per K)::
+float kernels may round differently unless the LM is batch-invariant:
+``--batch-invariant on|off`` sets :attr:`~llamppl.CachedCausalLM.batch_invariant`, default
+the LM's own). Records go to ``--out`` (one JSON line per K)::
 
     .venv/bin/python benchmarks/bench_throughput.py --task hard --sizes 1 4 16 64
+    .venv/bin/python benchmarks/bench_throughput.py --task hard --sizes 16 --particles 8 \
+        --batch-invariant on
 """
 
 from __future__ import annotations
@@ -87,21 +91,28 @@ def first_sentences(n: int) -> list[str]:
     return out
 
 
-def jobs_for(task: str, n: int) -> list[Job]:
-    """``n`` jobs of ``task`` (seed 0 each; one problem per job)."""
+def jobs_for(task: str, n: int, particles: int | None = None) -> list[Job]:
+    """``n`` jobs of ``task`` (seed 0 each; one problem per job); ``particles`` overrides N."""
     if task == "hard":
         return [
-            Job(hard_model, (p,), 0, "smc_standard", {"n_particles": 16})
+            Job(hard_model, (p,), 0, "smc_standard", {"n_particles": particles or 16})
             for p in first_sentences(n)
         ]
     if task == "collie":
         instances = list({i["prompt"]: i for i in collie_instances()}.values())  # distinct
         return [
-            Job(collie_model, (i,), 0, "smc_standard", {"n_particles": 8}) for i in instances[:n]
+            Job(collie_model, (i,), 0, "smc_standard", {"n_particles": particles or 8})
+            for i in instances[:n]
         ]
     files = sorted(SCHEMAS.glob("*.json"))[:n]
     return [
-        Job(json_model, (json.loads(f.read_text()),), 0, "smc_standard", {"n_particles": 4})
+        Job(
+            json_model,
+            (json.loads(f.read_text()),),
+            0,
+            "smc_standard",
+            {"n_particles": particles or 4},
+        )
         for f in files
     ]
 
@@ -151,12 +162,30 @@ def main() -> None:
     parser.add_argument("--task", choices=["hard", "collie", "json"], default="hard")
     parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument("--particles", type=positive_int, default=None, help="N per problem")
+    parser.add_argument(
+        "--batch-invariant",
+        choices=["on", "off"],
+        default=None,
+        help="set CachedCausalLM.batch_invariant (default: the LM's own default)",
+    )
+    parser.add_argument(
+        "--weights", default=None, help="CachedCausalLM.default(weights=...) (default: its own)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON lines, one per size")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"[throughput] task {args.task}, torch threads {torch.get_num_threads()}", flush=True)
-    lm = CachedCausalLM.default()
-    jobs = jobs_for(args.task, max(args.sizes))
+    lm = CachedCausalLM.default(**({"weights": args.weights} if args.weights else {}))
+    if args.batch_invariant is not None:
+        lm.batch_invariant = args.batch_invariant == "on"
+    linear = sorted({type(m).__name__ for m in lm.model.modules() if "Linear" in type(m).__name__})
+    print(
+        f"[throughput] task {args.task}, torch threads {torch.get_num_threads()}, "
+        f"batch_invariant={lm.batch_invariant}, share_prefix={lm.share_prefix}, "
+        f"linear layers {'/'.join(linear)}",
+        flush=True,
+    )
+    jobs = jobs_for(args.task, max(args.sizes), args.particles)
     measure(jobs[:1], lm, 1)  # warm-up: tables, trie, first forward
     print(
         f"{'K':>3}  {'serial CPU s':>12}  {'at once CPU s':>13}  {'problems/CPU-s':>16}  "
@@ -175,6 +204,10 @@ def main() -> None:
         row = {
             "task": args.task,
             "k": k,
+            "particles": batch[0].options["n_particles"],
+            "batch_invariant": lm.batch_invariant,
+            "linear": linear,
+            "threads": torch.get_num_threads(),
             "serial": {key: v for key, v in alone.items() if key not in ("log_ml", "first")},
             "at_once": {key: v for key, v in together.items() if key not in ("log_ml", "first")},
             "ratio": rate[1] / rate[0],

@@ -140,7 +140,7 @@ def test_a_score_changing_keyword_materialises_the_rows():
 
 def test_decode_step_reads_the_shared_prompt_once_per_layer(tokenizer, reads):
     """Six rows one token past a 20-token prompt: each layer gathers 6 slots, not 6 x 21."""
-    lm = CachedCausalLM(tiny_model(), tokenizer)
+    lm = CachedCausalLM(tiny_model(), tokenizer, batch_invariant=False)
     assert lm.share_prefix
     lm.next_token_logprobs_batch([PROMPT])
     steps = [PROMPT + (40 + i,) for i in range(6)]
@@ -161,7 +161,7 @@ def test_decode_step_reads_the_shared_prompt_once_per_layer(tokenizer, reads):
 
 
 def test_rows_without_a_common_prefix_take_the_per_row_path(tokenizer, reads):
-    lm = CachedCausalLM(tiny_model(), tokenizer)
+    lm = CachedCausalLM(tiny_model(), tokenizer, batch_invariant=False)
     lm.next_token_logprobs_batch([PROMPT, (60, 61, 62)])
     reads.clear()
     assert max_diff(lm, [PROMPT + (40,), (60, 61, 62, 41)]) <= TOL
@@ -172,7 +172,7 @@ def test_rows_without_a_common_prefix_take_the_per_row_path(tokenizer, reads):
 def test_scattered_prefix_slots_are_gathered_once(tokenizer, reads):
     """Prompt, an unrelated context, then the prompt's next token: the shared path is not
     one run of slots, so each layer gathers it once (21 slots) and then the rows (2 x 1)."""
-    lm = CachedCausalLM(tiny_model(), tokenizer)
+    lm = CachedCausalLM(tiny_model(), tokenizer, batch_invariant=False)
     lm.next_token_logprobs_batch([PROMPT])
     lm.next_token_logprobs_batch([(60, 61)])
     lm.next_token_logprobs_batch([PROMPT + (40,)])  # slot 22: after 60 61's
@@ -186,7 +186,7 @@ def test_scattered_prefix_slots_are_gathered_once(tokenizer, reads):
 def test_low_precision_shared_prefix_matches_fresh_forward(tokenizer, dtype):
     """Tolerance: :func:`rounding_tolerance` of the model's dtype (derivation in its docstring)."""
     model = tiny_model(dtype=dtype)
-    lm = CachedCausalLM(model, tokenizer)
+    lm = CachedCausalLM(model, tokenizer, batch_invariant=False)
     lm.next_token_logprobs_batch([PROMPT])
     steps = [PROMPT + (40 + i,) for i in range(4)]
     got = lm.next_token_logprobs_batch(steps)
@@ -199,8 +199,10 @@ def test_low_precision_shared_prefix_matches_fresh_forward(tokenizer, dtype):
 
 
 def test_eager_and_windowed_models_keep_the_per_row_path(tokenizer):
-    eager = CachedCausalLM(tiny_model("eager"), tokenizer)
-    windowed = CachedCausalLM(tiny_model(cls=tf.MistralConfig, sliding_window=8), tokenizer)
+    eager = CachedCausalLM(tiny_model("eager"), tokenizer, batch_invariant=False)
+    windowed = CachedCausalLM(
+        tiny_model(cls=tf.MistralConfig, sliding_window=8), tokenizer, batch_invariant=False
+    )
     for lm in (eager, windowed):
         lm.share_prefix = True  # asking is not enough: the path would not be exact here
         assert not lm.share_prefix
@@ -215,9 +217,10 @@ def test_a_model_whose_layers_bypass_the_interface_falls_back(tokenizer):
     config = dict(
         cls=tf.FalconConfig, num_kv_heads=1, multi_query=True, new_decoder_architecture=False
     )
-    lm = CachedCausalLM(tiny_model(**config), tokenizer, verify=False)
+    lm = CachedCausalLM(tiny_model(**config), tokenizer, verify=False, batch_invariant=False)
     assert lm.share_prefix
     lm.next_token_logprobs_batch([PROMPT])
     assert max_diff(lm, [PROMPT + (40,), PROMPT + (41,)]) <= TOL
     assert not lm.share_prefix and lm.stats.shared_prefix_tokens == 0
-    assert not CachedCausalLM(tiny_model(**config), tokenizer).share_prefix  # the probe finds it
+    probed = CachedCausalLM(tiny_model(**config), tokenizer, batch_invariant=False)
+    assert not probed.share_prefix  # the probe finds it

@@ -26,6 +26,11 @@ pool slots and reads each row's context with one ``index_select``
 When the rows share a cached prefix (the prompt of an SMC step), ``sdpa`` models
 without sliding windows read it once per layer instead of once per row
 (:mod:`llamppl.lm.hf.prefix_attention`; ``share_prefix``, ``stats.shared_prefix_tokens``).
+By default (``batch_invariant=True``) a context's log-probs are bitwise the same whatever
+else shares its forward (:mod:`llamppl.lm.hf.batch_invariant`: linear layers on at least
+four rows, attention per query over its own keys, no prefix merge), so a job's result under
+:func:`~llamppl.distributed.run_many` does not depend on the jobs beside it;
+``batch_invariant=False`` is the per-row layout above, with the prefix merge.
 
 Architectures. :mod:`llamppl.lm.hf.arch` reads per-layer attention windows,
 logit transforms and K/V shapes from the config and a probe forward, and
@@ -50,6 +55,7 @@ only (no transformer forward).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,10 +66,14 @@ from ..base import check_contexts, validate_token_ids
 from ..hf_vocab import HFTokenizerLM
 from ..trie import TokenTrie, TrieNode
 from .arch import Architecture, inspect_architecture
+from .batch_invariant import QueryPoolLayer, QueryState, per_query
 from .batch_plan import (
     Request,
     count_new_tokens,
+    gemm_rows,
     group_paths,
+    pad_rows,
+    plan_queries,
     plan_rows,
     shared_prefix,
 )
@@ -109,6 +119,9 @@ class CachedCausalLM(HFTokenizerLM):
         small branching probe (:meth:`verify_exact`); ``ValueError`` if not.
     share_prefix : bool
         Let a forward's rows read their common cached prefix once (:attr:`share_prefix`).
+    batch_invariant : bool
+        Make a context's log-probs bitwise independent of the batch it is served in
+        (:attr:`batch_invariant`, default True); ``share_prefix`` then has no effect.
 
     Attributes
     ----------
@@ -128,6 +141,7 @@ class CachedCausalLM(HFTokenizerLM):
         max_cached_logprobs: int = 256,
         verify: bool = True,
         share_prefix: bool = True,
+        batch_invariant: bool = True,
     ) -> None:
         if not isinstance(hf_model, torch.nn.Module) or not hasattr(hf_model, "config"):
             raise TypeError(f"hf_model must be a transformers model, got {type(hf_model).__name__}")
@@ -155,6 +169,7 @@ class CachedCausalLM(HFTokenizerLM):
         self._arch = inspect_architecture(hf_model, self._device)
         self._prefix_eligible = prefix_eligible(self._arch, attn)
         self.share_prefix = share_prefix
+        self.batch_invariant = batch_invariant
         self._max_positions = getattr(config, "max_position_embeddings", None)
         (n_kv_heads, head_dim), (_, v_head_dim) = self._arch.k_shape, self._arch.v_shape
         self._cache = TrieCache(
@@ -280,6 +295,19 @@ class CachedCausalLM(HFTokenizerLM):
         self._share_prefix = bool(value) and self._prefix_eligible
 
     @property
+    def batch_invariant(self) -> bool:
+        """Whether a context's log-probs are bitwise the same whatever else shares its forward
+        (other rows, their number, lengths and prefixes): :mod:`llamppl.lm.hf.batch_invariant`.
+        Then :func:`~llamppl.distributed.run_many` gives a job the same log Ẑ beside other
+        jobs as alone. Off for good if the model's layers bypass transformers' attention
+        interface (found at the first such forward, with a warning)."""
+        return self._batch_invariant
+
+    @batch_invariant.setter
+    def batch_invariant(self, value: bool) -> None:
+        self._batch_invariant = bool(value)
+
+    @property
     def max_positions(self) -> int | None:
         """The model's ``max_position_embeddings`` (longest context), if it has one."""
         return self._max_positions
@@ -378,10 +406,14 @@ class CachedCausalLM(HFTokenizerLM):
         return True
 
     def _logprobs_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Normalised float32 log-probs ``(n, V)`` from final hidden states ``(n, D)``."""
+        """Normalised float32 log-probs ``(n, V)`` from final hidden states ``(n, D)``
+        (batch-invariant: the head runs on at least :func:`gemm_rows` rows)."""
+        n = hidden.shape[0]
+        if self._batch_invariant and gemm_rows(n) > n:
+            hidden = torch.cat([hidden, hidden.new_zeros(gemm_rows(n) - n, hidden.shape[1])])
         logits = self._head(hidden.to(self._head.weight.device)).float()  # (n, V)
         logits = self._arch.transform_logits(logits)
-        return torch.log_softmax(logits, dim=-1).to(self._device)
+        return torch.log_softmax(logits[:n], dim=-1).to(self._device)
 
     # ------------------------------------------------------------------ the forward
     def _forward(self, requests: list[Request]) -> list[tuple[int, TrieNode, torch.Tensor]]:
@@ -401,6 +433,8 @@ class CachedCausalLM(HFTokenizerLM):
         """One batched forward, a row per group (:func:`~llamppl.lm.hf.batch_plan.plan_rows`);
         fills the groups' K/V slots and ``node.hidden``. All index data goes to the
         device in ONE upload (:meth:`_upload`)."""
+        if self._batch_invariant:
+            return self._run_per_query(groups, bases)
         pool, dev = self._pool, self._device
         pool.ensure(max(node.slot for g in groups for node in g))
         S, slots, start = shared_prefix(bases) if self._share_prefix else (0, [], None)
@@ -432,6 +466,53 @@ class CachedCausalLM(HFTokenizerLM):
         hidden = out.last_hidden_state  # (B, T, D_model)
         h_new = hidden.reshape(B * T, -1).index_select(0, src_t.to(hidden.device))  # (n, D_model)
         for node, h in zip((node for g in groups for node in g), h_new):
+            node.hidden = h
+
+    def _run_per_query(self, groups: list[list[TrieNode]], bases: list[TrieNode]) -> None:
+        """:meth:`_run_groups` batch-invariantly (:mod:`llamppl.lm.hf.batch_invariant`): rows padded
+        to :func:`gemm_rows` tokens for the linear layers, attention per query over its own keys."""
+        pool, dev = self._pool, self._device
+        pool.ensure(max(node.slot for g in groups for node in g))
+        plan = pad_rows(plan_rows(groups, bases, pool.scratch), pool.scratch)
+        nodes = [node for g in groups for node in g]
+        queries = plan_queries(nodes, plan.src, pool.scratch)
+        B, T, P = plan.B, plan.T, plan.P
+        ids_t, pos_t, t_t, p_t, src_t, dst_t, _, anc_t, q_t, n_t, slots_t = self._upload(
+            *plan.index_lists()[:6], [], plan.ancestry, *queries.index_lists()
+        )
+        ids_t, pos_t = ids_t.view(B, T), pos_t.view(B, T)
+        mask = tree_mask(T, P, t_t, p_t, plan.trees, anc_t)  # (B, T, P+T): for a bypassing layer
+        attention_mask = layer_masks(
+            mask, pos_t, p_t, P, self._arch, self._additive_mask, self._dtype
+        )
+        state = QueryState(
+            pool, queries.buckets, q_t, n_t, slots_t, self._arch.windows, self._additive_mask
+        )
+        index = {dev: (src_t, dst_t)}
+        layers = []
+        for layer, d in enumerate(pool.layer_devices):
+            if d not in index:  # a model split across devices: indices per device
+                index[d] = (src_t.to(d), dst_t.to(d))
+            layers.append(QueryPoolLayer(pool, layer, *index[d], T, state, P))
+        with per_query(self._config, state):
+            out = self._base(
+                input_ids=ids_t,
+                attention_mask=attention_mask,
+                position_ids=pos_t,
+                use_cache=True,
+                **{self._arch.cache_keyword: PoolCache(layers)},
+            )
+        if state.consumed != pool.n_layers or state.missed:
+            warnings.warn(
+                f"batch_invariant=True needs every attention layer of {self._arch.name} to "
+                "call transformers' attention interface; serving batches per row instead",
+                stacklevel=2,
+            )
+            self._batch_invariant = False  # rerun the per-row way (it rewrites the same slots)
+            return self._run_groups(groups, bases)
+        hidden = out.last_hidden_state  # (B, T, D_model)
+        h_new = hidden.reshape(B * T, -1).index_select(0, src_t.to(hidden.device))  # (n, D_model)
+        for node, h in zip(nodes, h_new):
             node.hidden = h
 
     def _upload(self, *parts: list[int]) -> list[torch.Tensor]:
