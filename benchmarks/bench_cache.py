@@ -186,6 +186,7 @@ def bench_decode(lm: CachedCausalLM, args: argparse.Namespace) -> list[dict]:
 
     gen_tokens = n * (prompt_len + steps - 1) if not once else n * steps + prompt_len - 1
     man, (man_calls, man_tokens) = phases(run_manual)
+    lm.batch_invariant = False  # the per-row forward, with and without the shared-prefix merge
     lm.share_prefix = False
     rows, (row_calls, row_tokens) = phases(run_cached)
     lm.share_prefix = True  # on unless the model cannot (eager, sliding windows, ...)
