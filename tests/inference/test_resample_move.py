@@ -35,6 +35,7 @@ from llamppl.inference import (
 from llamppl.inference.moves import Rejuvenation
 from llamppl.models import HardConstraint
 from llamppl.rng import using_rng
+from tests.models.exact_reference import mass_bins
 
 BIN_MASS = 0.05
 M = 1500  # particles of the invariance check
@@ -86,24 +87,6 @@ def key(p) -> tuple:
     return (p.string_for_serialization(), p.finished)
 
 
-def _bins(target: dict, bin_mass: float) -> list[set]:
-    """The target's keys, most probable first, grouped into sets of at least ``bin_mass``."""
-    total = sum(target.values())
-    bins, current, mass = [], set(), 0.0
-    for k, w in sorted(target.items(), key=lambda kv: -kv[1]):
-        current.add(k)
-        mass += w / total
-        if mass >= bin_mass:
-            bins.append(current)
-            current, mass = set(), 0.0
-    if current:
-        if bins:
-            bins[-1] |= current
-        else:
-            bins.append(current)
-    return bins
-
-
 def exact_gamma(model, t: int) -> dict:
     """γ_t over keys: the exact unnormalised intermediate target after t steps."""
     with warnings.catch_warnings():
@@ -134,7 +117,7 @@ def assert_properly_weighted(particles, gamma: dict, label: str) -> None:
     keys = [key(p) for p in particles]
     stray = {k for k, wi in zip(keys, w) if wi > 0 and k not in gamma}
     assert not stray, f"{label}: weight on states outside the target: {sorted(stray)[:3]}"
-    for i, members in enumerate(_bins(gamma, BIN_MASS)):
+    for i, members in enumerate(mass_bins(gamma, BIN_MASS)):
         terms = np.array([wi if k in members else 0.0 for k, wi in zip(keys, w)])  # (M,)
         expected = sum(gamma[k] for k in members)
         se = terms.std(ddof=1) / math.sqrt(len(terms))

@@ -85,7 +85,7 @@ def weighted_paths(result) -> dict[tuple[int, ...], float]:
     return out
 
 
-def _bins(target: dict[tuple[int, ...], float], bin_mass: float) -> list[set]:
+def mass_bins(target: dict[tuple[int, ...], float], bin_mass: float) -> list[set]:
     """The target's paths, most probable first, grouped into sets of at least ``bin_mass``."""
     bins: list[set] = []
     current: set = set()
@@ -123,7 +123,7 @@ def assert_unbiased_paths(
     stray = {p for e in estimates for p in e if p not in target}
     assert max(outside) == 0.0, f"weight on paths outside the target: {sorted(stray)[:5]}"
     _within("Z-hat", np.array([math.exp(r.log_ml) for r in runs]), z)
-    for i, members in enumerate(_bins(target, bin_mass)):
+    for i, members in enumerate(mass_bins(target, bin_mass)):
         values = np.array([sum(e.get(p, 0.0) for p in members) for e in estimates])
         mass = sum(target[p] for p in members)
         _within(f"bin {i} ({len(members)} paths, mass {mass:.3f})", values, z * mass)

@@ -65,6 +65,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .kv_pool import KVPool, PoolLayer
+from .prefix_attention import routed_attention
 
 __all__ = [
     "ATTENTION_NAME",
@@ -208,14 +209,8 @@ def eager_of(module: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, Any]]
 @contextmanager
 def per_query(config: Any, state: QueryState) -> Iterator[QueryState]:
     """Route ``config``'s model through :func:`per_query_attention` with ``state``, then restore."""
-    before = config._attn_implementation
-    token = ACTIVE.set(state)
-    config._attn_implementation = ATTENTION_NAME
-    try:
+    with routed_attention(config, ATTENTION_NAME, ACTIVE, state):
         yield state
-    finally:
-        config._attn_implementation = before
-        ACTIVE.reset(token)
 
 
 def per_query_attention(

@@ -58,6 +58,7 @@ __all__ = [
     "pool_layers",
     "prefix_attention",
     "prefix_eligible",
+    "routed_attention",
     "shared_prefix_attention",
     "sharing_prefix",
 ]
@@ -161,20 +162,28 @@ def pool_layers(
 
 
 @contextmanager
+def routed_attention(config: Any, name: str, active: ContextVar, state: Any) -> Iterator[Any]:
+    """Run ``config``'s model with attention implementation ``name`` and ``active`` set to
+    ``state`` for the block, then restore both (the forward's layers find ``state`` there)."""
+    before = config._attn_implementation
+    token = active.set(state)
+    config._attn_implementation = name
+    try:
+        yield state
+    finally:
+        config._attn_implementation = before
+        active.reset(token)
+
+
+@contextmanager
 def sharing_prefix(config: Any, state: PrefixState | None) -> Iterator[PrefixState | None]:
     """Route ``config``'s model through :func:`shared_prefix_attention` with ``state``, then
     restore; a no-op for ``state=None``."""
     if state is None:
         yield state
         return
-    before = config._attn_implementation
-    token = ACTIVE.set(state)
-    config._attn_implementation = ATTENTION_NAME
-    try:
+    with routed_attention(config, ATTENTION_NAME, ACTIVE, state):
         yield state
-    finally:
-        config._attn_implementation = before
-        ACTIVE.reset(token)
 
 
 def prefix_attention(
