@@ -45,6 +45,20 @@ def vlm() -> VLLMLM:
     return VLLMLM.from_pretrained(converted_dir(), dtype="float32", max_model_len=512)
 
 
+@pytest.fixture(scope="module")
+def make_lm():
+    """``CachedCausalLM`` factory on the float32 weights the engine serves (the CPU default's
+    float16-weight layers differ from them by about 1e-2 in log-probs)."""
+    from llamppl import CachedCausalLM
+
+    ref = CachedCausalLM.default(weights="fp32")
+
+    def make(**kw):
+        return CachedCausalLM(ref.model, ref.tokenizer, **kw)
+
+    return make
+
+
 class NoLongWords(Model):
     """The quickstart model (examples/quickstart.py): no word longer than five letters."""
 
