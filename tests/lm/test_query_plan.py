@@ -9,6 +9,7 @@ from llamppl.lm.hf.batch_plan import (
     gemm_rows,
     group_paths,
     key_width,
+    pack_rows,
     pad_rows,
     plan_queries,
     plan_rows,
@@ -79,3 +80,38 @@ def test_pad_rows_adds_empty_rows_until_the_linear_layers_see_enough_tokens():
     assert plan.src == [0] and plan.read == [0] + [SCRATCH] * (MIN_GEMM_ROWS - 1)
     nodes, big = _planned()  # 3 rows x 3 columns: already enough
     assert pad_rows(big, SCRATCH).B == 3
+
+
+def test_pack_rows_puts_whole_groups_side_by_side_and_keeps_their_order():
+    trie = TokenTrie(16)
+    trie.insert(trie.root, [5, 7])
+    contexts = [(5, 7, 9), (5, 7, 8, 3), (4, 6), (4, 2)]
+    requests = [Request(i, c, *trie.match_prefix(c)) for i, c in enumerate(contexts)]
+    paths = [trie.insert(r.matched, r.suffix) for r in requests]
+    groups, bases = group_paths([r.matched for r in requests], paths)
+    nodes = [node for g in groups for node in g]
+    per_row = plan_rows(groups, bases, SCRATCH)
+    assert per_row.B * per_row.T == 9  # three rows as wide as the 3-token tree: 3 of 9 padding
+    packed = pack_rows(groups)  # groups of 1, 2 and 3 tokens: one row of 6, no padding
+    assert (packed.B, packed.T, packed.P, packed.t_len) == (1, 6, 0, [6])
+    assert packed.src == list(range(6)) and packed.dst == [n.slot for n in nodes]
+    assert packed.ids == [n.token for n in nodes] and packed.pos == [n.depth - 1 for n in nodes]
+    assert packed.trees == [] and packed.ancestry == []
+    # rows of at most 3 tokens: the groups fill rows in order, a row left padded
+    small = pack_rows(groups, row_tokens=3)
+    assert [len(g) for g in groups] == [1, 2, 3] and small.t_len == [3, 3]
+    assert [small.ids[i] for i in small.src] == [n.token for n in nodes]
+    assert all(small.ids[i] == 0 for i in range(small.B * small.T) if i not in small.src)
+    # the per-query key lists do not depend on the layout, only the flat indices move
+    a = plan_queries(nodes, per_row.src, SCRATCH)
+    b = plan_queries(nodes, packed.src, SCRATCH)
+    assert (a.n_keys, a.slots, a.buckets) == (b.n_keys, b.slots, b.buckets)
+
+
+def test_pack_rows_gives_a_group_longer_than_a_row_its_own_row():
+    trie = TokenTrie(64)
+    long = trie.insert(trie.root, list(range(1, 11)))  # a 10-token prompt
+    short = trie.insert(trie.root, [20])
+    plan = pack_rows([long, short], row_tokens=4)
+    assert (plan.B, plan.T, plan.t_len) == (2, 10, [10, 1])
+    assert plan.src == list(range(10)) + [19]  # the 1-token row is left padded to 10 columns

@@ -47,6 +47,7 @@ __all__ = [
     "KEY_BLOCK",
     "MAX_GATHER_SLOTS",
     "MIN_GEMM_ROWS",
+    "PACK_ROW_TOKENS",
     "QueryPlan",
     "Request",
     "RowPlan",
@@ -55,6 +56,7 @@ __all__ = [
     "gemm_rows",
     "group_paths",
     "key_width",
+    "pack_rows",
     "pad_rows",
     "plan_queries",
     "plan_rows",
@@ -71,6 +73,9 @@ MIN_GEMM_ROWS = 4
 #: attention calls but more masked columns to compute (blocks of 64 made a forward of 128
 #: short rows ~16% slower than the per-row path, blocks of 8 about as fast)
 KEY_BLOCK = 8
+#: new tokens per row of a batch-invariant forward (:func:`pack_rows`); rows only shape the
+#: linear layers' input there, so any width that packs the groups tightly will do
+PACK_ROW_TOKENS = 256
 #: at most this many key slots are gathered for one attention call (a bucket is split above it)
 MAX_GATHER_SLOTS = 1 << 15
 
@@ -258,6 +263,46 @@ def plan_rows(
             plan.src.append(at)
             plan.dst.append(node.slot)
             plan.read.append(node.slot)
+    return plan
+
+
+def pack_rows(groups: Sequence[Sequence[TrieNode]], row_tokens: int = PACK_ROW_TOKENS) -> RowPlan:
+    """The row layout of a batch-invariant forward: whole groups packed side by side into rows
+    of at most ``row_tokens`` new tokens, in order (a longer group has a row of its own).
+
+    Per-query attention reads each query's keys from the pool by slot and ignores the rows,
+    so rows only shape the linear layers' input, which then holds about the forward's tokens
+    and no more. :func:`plan_rows` gives every group a row of the longest group's width, so a
+    forward whose groups carry several tokens each (forced tokens, a prompt) runs mostly
+    padding: cheap where the linear layers are bound by reading weights (few rows), not where
+    they are bound by arithmetic (many rows). ``P = 0`` and no tree is recorded: the mask
+    built from this plan (a causal chain per row) is only there to give a layer that bypasses
+    the attention interface a well-formed input; such a forward is discarded and served per
+    row (``CachedCausalLM._run_per_query``). ``src`` and ``dst`` follow the groups' order.
+    """
+    rows: list[list[int]] = []
+    sizes: list[int] = []
+    for i, g in enumerate(groups):
+        if sizes and sizes[-1] + len(g) <= row_tokens:
+            rows[-1].append(i)
+            sizes[-1] += len(g)
+        else:
+            rows.append([i])
+            sizes.append(len(g))
+    B, T = len(rows), max(sizes)
+    plan = RowPlan(B, T, 0, [0] * (B * T), [0] * (B * T), sizes, [0] * B)
+    where: list[int] = [0] * len(groups)  # flat index of each group's first token
+    for b, members in enumerate(rows):
+        at = b * T + T - sizes[b]  # rows are left padded, as plan_rows's
+        for i in members:
+            where[i] = at
+            at += len(groups[i])
+    for i, g in enumerate(groups):
+        for k, node in enumerate(g):
+            plan.ids[where[i] + k] = node.token
+            plan.pos[where[i] + k] = node.depth - 1
+            plan.src.append(where[i] + k)
+            plan.dst.append(node.slot)
     return plan
 
 

@@ -72,6 +72,7 @@ from .batch_plan import (
     count_new_tokens,
     gemm_rows,
     group_paths,
+    pack_rows,
     pad_rows,
     plan_queries,
     plan_rows,
@@ -469,11 +470,12 @@ class CachedCausalLM(HFTokenizerLM):
             node.hidden = h
 
     def _run_per_query(self, groups: list[list[TrieNode]], bases: list[TrieNode]) -> None:
-        """:meth:`_run_groups` batch-invariantly (:mod:`llamppl.lm.hf.batch_invariant`): rows padded
-        to :func:`gemm_rows` tokens for the linear layers, attention per query over its own keys."""
+        """:meth:`_run_groups` batch-invariantly (:mod:`llamppl.lm.hf.batch_invariant`): the groups
+        packed into rows (:func:`~llamppl.lm.hf.batch_plan.pack_rows`), padded to :func:`gemm_rows`
+        tokens for the linear layers, attention per query over its own keys."""
         pool, dev = self._pool, self._device
         pool.ensure(max(node.slot for g in groups for node in g))
-        plan = pad_rows(plan_rows(groups, bases, pool.scratch), pool.scratch)
+        plan = pad_rows(pack_rows(groups), pool.scratch)
         nodes = [node for g in groups for node in g]
         queries = plan_queries(nodes, plan.src, pool.scratch)
         B, T, P = plan.B, plan.T, plan.P
