@@ -14,9 +14,10 @@ Ready-made features (each reads only what the particle has; a particle without i
 ``TypeError`` naming the feature and what it needs):
 
 - :func:`hidden_state` — the LM's final hidden state after the particle's context
-  (``await lm.next_token_hidden(tokens)``, :class:`~llamppl.CachedCausalLM`): the row the
-  forward computes anyway, so reading it costs no second pass (the next step's log-probs are
-  then a cache hit);
+  (``await lm.next_token_hidden(tokens)``, :class:`~llamppl.CachedCausalLM` or a
+  :class:`~llamppl.lm.vllm.lm.VLLMLM` with ``capture="processor"``): the row the forward
+  computes anyway, so reading it costs no second pass (the next step's log-probs are then
+  a cache hit);
 - :func:`constraint_signals` — a constrained particle's own signals
   (:class:`~llamppl.models.HardConstraint`): the complete check ``ends``, the constraint's
   ``need`` and ``missing``;
@@ -154,7 +155,8 @@ def _spec(builder: str, **kwargs: Any) -> tuple[str, tuple[tuple[str, Any], ...]
 
 def hidden_state() -> Feature:
     """The LM's final hidden state ``(D,)`` after the particle's context (no second pass:
-    :meth:`~llamppl.CachedCausalLM.next_token_hidden`)."""
+    :meth:`~llamppl.CachedCausalLM.next_token_hidden`,
+    :meth:`~llamppl.lm.vllm.lm.VLLMLM.next_token_hidden`)."""
 
     async def fn(model: Model) -> torch.Tensor:
         context = _context(model, "hidden_state")
@@ -162,7 +164,7 @@ def hidden_state() -> Feature:
         if not hasattr(lm, "next_token_hidden"):
             raise TypeError(
                 f"twist feature 'hidden_state' needs an LM with next_token_hidden "
-                f"(CachedCausalLM); {type(lm).__name__} has none: use last_token() or "
+                f"(CachedCausalLM, VLLMLM); {type(lm).__name__} has none: use last_token() or "
                 "constraint_signals() instead"
             )
         return await lm.next_token_hidden(context.tokens)

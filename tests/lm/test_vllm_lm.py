@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -170,16 +171,30 @@ def test_capture_processor_follows_vllm_batch_updates():
     )
     proc.update_state(BatchUpdate(4, [], [(3, plain, [1], [])], []))  # untagged request in row 3
     assert proc.tags == {0: "b", 1: "c", 2: "a"}
-    logits = torch.randn(4, 7)
+    # the model's compute_logits, wrapped once however often it is asked, keeps its input
+    model = SimpleNamespace(compute_logits=lambda h: h @ torch.randn(5, 7))
+    llm = SimpleNamespace(apply_model=lambda fn: [fn(model)])
+    assert vllm_port.install_hidden_capture(llm) is None
+    assert vllm_port.install_hidden_capture(llm) is None
+    hidden = torch.randn(4, 5)
+    logits = model.compute_logits(hidden)
     assert proc.apply(logits) is logits  # logits pass through unchanged
     try:
         rows = vllm_port.captured_rows(["a", "b", "c"])
+        states = vllm_port.captured_hidden(["a", "b", "c"])
         for row, tag in proc.tags.items():
             assert torch.equal(rows["abc".index(tag)], torch.log_softmax(logits[row], -1))
-        # one (3, V) tensor for the step: the rows are views of it
+            assert torch.equal(states["abc".index(tag)], hidden[row])
+        # one (3, V) and one (3, D) tensor for the step: the rows are views of them
         assert len({r.untyped_storage().data_ptr() for r in rows}) == 1
+        assert len({h.untyped_storage().data_ptr() for h in states}) == 1
+        proc.apply(logits)  # a step whose compute_logits was not wrapped: no stale hidden
+        assert vllm_port.captured_hidden(["a"]) == [None]
     finally:
         vllm_port.forget_captured(["a", "b", "c"])
+    assert "apply_model" in vllm_port.install_hidden_capture(SimpleNamespace())
+    no_head = SimpleNamespace(apply_model=lambda fn: [fn(SimpleNamespace())])
+    assert "no compute_logits" in vllm_port.install_hidden_capture(no_head)
 
 
 # ---------------------------------------------------------------------- live requests
@@ -354,4 +369,77 @@ def test_live_many_problems_share_one_engine(vlm):
         assert got.log_ml == pytest.approx(one.log_ml, abs=1e-3)
     # an engine call serves every running problem's live requests: far fewer calls
     assert lm.stats.engine_calls <= 0.6 * sum(calls for _, calls in alone)
+    lm.release()
+
+
+# ---------------------------------------------------------------------- hidden states
+def hidden_of(lm, contexts):
+    async def go():
+        return await asyncio.gather(*(lm.next_token_hidden(c) for c in contexts))
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_hidden_states_match_cached_causal_lm_and_give_the_served_logprobs(vlm, make_lm, live):
+    lm, hf = VLLMLM(vlm.llm, capture="processor", live=live), make_lm()
+    assert lm.hidden_size == hf.hidden_size
+    prompt = lm.encode("In a small village by the sea, an old fisherman")
+    kids = [prompt + [t] for t in (11, 2000, 30000)]
+    # live=True: the prompt's request, extended for one kid and forked for two; that kid's
+    # extended by two tokens; a new request (the prompt's blocks prefix-cached)
+    rounds = [[prompt], kids, [kids[0] + [17, 18]], [prompt + [5, 6, 7]]]
+    for contexts in rounds:
+        rows = gather(lm, contexts)
+        got, want = hidden_of(lm, contexts), hidden_of(hf, contexts)
+        for c, g, w, row in zip(contexts, got, want, rows):
+            assert g.dtype == torch.float32 and g.shape == (lm.hidden_size,)
+            # fp32 on both sides, different kernels (as TOL): measured max |Δh| 3.4e-5 on
+            # entries up to 50 (the final norm's output), at most 1.7e-6 of max |h|; a wrong
+            # row, position or step gives a difference of the order of |h| itself
+            assert (g - w).abs().max().item() < 1e-5 * w.abs().max().item(), len(c)
+            with torch.inference_mode():  # the head on it gives the served row (measured 5e-5)
+                again = hf._logprobs_from_hidden(g[None])[0]
+            assert (again - row).abs().max().item() < TOL
+    if live:
+        assert lm.stats.forks == 2 and lm.stats.extends == 2
+    lm.release()
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_hidden_state_of_a_served_context_costs_no_engine_call(vlm, live):
+    lm = VLLMLM(vlm.llm, capture="processor", live=live)
+    prompt = lm.encode("The Fed says")
+    contexts = [prompt + [t] for t in (11, 2000, 30000)]
+    gather(lm, contexts)
+    calls = lm.stats.engine_calls
+    hidden = hidden_of(lm, contexts)
+    assert lm.stats.engine_calls == calls  # read beside the served log-probs
+    assert all(h.shape == (lm.hidden_size,) for h in hidden)
+    # new contexts: their share of ONE engine step, and their log-probs are served with it
+    new = [c + [5] for c in contexts]
+    hidden_of(lm, new)
+    assert lm.stats.engine_calls == calls + 1
+    gather(lm, new)
+    assert lm.stats.engine_calls == calls + 1
+    lm.release()
+    with pytest.raises(TypeError, match="capture='processor'"):
+        asyncio.run(VLLMLM(vlm.llm, capture="logprobs").next_token_hidden(prompt))
+
+
+def test_learned_twist_reads_the_hidden_state_from_vllm(vlm, make_lm):
+    from llamppl.inference.twist_features import TwistFeatures, hidden_state, progress
+    from llamppl.inference.twist_learning import LearnedTwist, fit_head
+
+    lm, hf = VLLMLM(vlm.llm, capture="processor", live=True), make_lm()
+    features = TwistFeatures(hidden_state(), progress())
+    dim = lm.hidden_size + 3
+    twist = LearnedTwist(features, *fit_head(torch.randn(16, dim), torch.arange(16) % 2, epochs=5))
+    model = NoLongWords(lm, "The Fed says")
+    x = asyncio.run(features(model))
+    assert x.shape == (dim,) and lm.stats.engine_calls == 1
+    asyncio.run(model.context.lm.next_token_logprobs(model.context.tokens))
+    assert lm.stats.engine_calls == 1  # the next step's log-probs came with the hidden state
+    want = asyncio.run(twist(NoLongWords(hf, "The Fed says")))
+    assert asyncio.run(twist(model)) == pytest.approx(want, abs=1e-3)
     lm.release()

@@ -85,11 +85,13 @@ def fork_block_copies(
 
 @dataclass(eq=False)
 class Lane:
-    """One live engine request: its id, the context whose K/V it holds, its latest row."""
+    """One live engine request: its id, the context whose K/V it holds, its latest row and
+    that row's hidden state (None if the engine does not capture it)."""
 
     request_id: str
     tokens: Context
     row: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None
     idle: int = 0  # rounds in a row in which nobody asked for this lane
 
 
@@ -176,8 +178,11 @@ class EnginePort(Protocol):
     def resume(self, request_id: str, new_tokens: Context) -> None:
         """Give the live request ``request_id`` its next input chunk."""
 
-    def step(self) -> tuple[list[str], torch.Tensor | None, dict[str, int]]:
-        """Run one engine step: ``(request ids whose row is ready, rows (k, V), tokens computed by id)``."""
+    def step(
+        self,
+    ) -> tuple[list[str], list[torch.Tensor], list[torch.Tensor | None], dict[str, int]]:
+        """Run one engine step: ``(request ids whose row is ready, their rows (V,), their hidden
+        states (D,) or None, tokens computed by id)``."""
 
     def abort(self, request_ids: list[str]) -> None:
         """Finish these requests and free their blocks."""
@@ -347,7 +352,7 @@ class LiveSessions:
         waiting = dict(pending)
         idle = 0
         while waiting:
-            ids, rows, computed = self.port.step()
+            ids, rows, hidden, computed = self.port.step()
             self.stats.forward_calls += 1
             self.stats.tokens_run += sum(computed.values())
             ready = [(k, rid) for k, rid in enumerate(ids) if rid in waiting]
@@ -365,7 +370,8 @@ class LiveSessions:
             idle = 0
             for k, rid in ready:
                 lane, c = waiting.pop(rid)
-                lane.tokens, lane.row = c, rows[k]  # a view of the step's (k, V) tensor
+                # views of the step's (k, V) and (k, D) tensors
+                lane.tokens, lane.row, lane.hidden = c, rows[k], hidden[k]
 
     def release(self) -> None:
         """Abort every live request (their blocks are freed) and forget the lanes."""

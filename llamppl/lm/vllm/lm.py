@@ -42,6 +42,11 @@ Both give ``log_softmax`` of the model's raw logits (vLLM's default
 ``logprobs_mode="raw_logprobs"``), i.e. the normalised next-token log-probs
 p(x_{t+1} | x_{1:t}) of the LM, in float32.
 
+With ``"processor"`` the LM's final hidden state after a context (the LM head's input,
+what a learned twist's ``hidden_state()`` feature reads) comes from the same engine step:
+:meth:`VLLMLM.next_token_hidden` (:func:`~llamppl.lm.vllm.port.install_hidden_capture`
+wraps the model's ``compute_logits`` so the processor keeps the rows it was given).
+
 With ``live=False`` the engine object may be anything with vLLM's offline interface
 (``generate(prompts, sampling_params, use_tqdm=...)`` returning request outputs
 with ``.outputs[0].logprobs`` and ``.num_cached_tokens``, and ``get_tokenizer()``);
@@ -64,9 +69,18 @@ import torch
 from ...validation import check_nonnegative_int, is_integer
 from ..base import validate_token_ids
 from ..hf_vocab import HFTokenizerLM
+from ..memo import LRU
 from .engine import LiveSessions, VLLMStats
 from .load import CAPTURE_MODES, build_engine, import_vllm
-from .port import CAPTURE_TAG, CorePort, captured_rows, forget_captured, processor_class
+from .port import (
+    CAPTURE_TAG,
+    CorePort,
+    captured_hidden,
+    captured_rows,
+    forget_captured,
+    install_hidden_capture,
+    processor_class,
+)
 
 __all__ = ["VLLMLM", "VLLMStats", "import_vllm"]
 
@@ -88,7 +102,8 @@ class VLLMLM(HFTokenizerLM):
         Width of the log-prob vectors. Default: the engine's model vocabulary size.
     max_cached_logprobs : int
         How many recent log-prob vectors to keep, so a context asked for again
-        (e.g. by ``mask_dist`` then ``next_token``) costs no engine call.
+        (e.g. by ``mask_dist`` then ``next_token``) costs no engine call
+        (``live=False``; also how many hidden states, :meth:`next_token_hidden`).
     sampling_params : type | None
         The request-parameters class. Default: ``vllm.SamplingParams``.
     live : bool
@@ -146,6 +161,14 @@ class VLLMLM(HFTokenizerLM):
         self._params_cls = sampling_params
         self.stats: VLLMStats = VLLMStats()
         self.live = live
+        # Why next_token_hidden cannot work here (None: it can); live=False keeps the hidden
+        # states of recent contexts beside logprob_memo, live=True on the lanes.
+        self._hidden_unavailable: str | None = (
+            install_hidden_capture(llm)
+            if capture == "processor"
+            else "capture='logprobs' returns log-probs only"
+        )
+        self._hidden_memo: LRU[tuple[int, ...], torch.Tensor] = LRU(max_cached_logprobs)
         self._sessions: LiveSessions | None = None
         if live:
             if getattr(getattr(llm, "llm_engine", None), "engine_core", None) is None:
@@ -224,9 +247,65 @@ class VLLMLM(HFTokenizerLM):
         """Free the live requests, forget memoised rows and reset the engine's prefix cache."""
         self.release()
         self.logprob_memo.clear()
+        self._hidden_memo.clear()
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if callable(reset):
             reset()
+
+    # ------------------------------------------------------------------ hidden states
+    @property
+    def hidden_size(self) -> int:
+        """Width D of the final hidden state (:meth:`next_token_hidden`)."""
+        self._check_hidden()
+        return int(self.llm.llm_engine.model_config.get_hidden_size())
+
+    async def next_token_hidden(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """The final hidden state ``(D,)`` float32 after ``token_ids``: the LM head's input,
+        from which :meth:`next_token_logprobs` is computed.
+
+        It is the row the engine step behind :meth:`next_token_logprobs` computes anyway,
+        captured with its log-probs (``capture="processor"``, engine in this process), so
+        no second pass: a served context (a live request's, or one of the last
+        ``max_cached_logprobs`` with ``live=False``) costs a lookup, a new one its share of
+        the engine step of every context awaited with it; its log-probs are then served too.
+        """
+        self._check_hidden()
+        ids = validate_token_ids(token_ids, self.vocab_size)
+        hidden = self._served_hidden(ids)
+        if hidden is None:
+            await self.next_token_logprobs(ids)  # coalesced with the contexts awaited now
+            hidden = self._served_hidden(ids)
+        if hidden is None:  # its log-probs came from a memo without it: serve it again
+            self.stats.batch_calls += 1
+            if self._sessions is not None:
+                self._sessions.run([ids], free_unused=False)
+            else:
+                self._run_engine([ids])
+            hidden = self._served_hidden(ids)
+        if hidden is None:
+            raise RuntimeError(
+                f"the vLLM engine step gave no hidden state for a {len(ids)}-token context "
+                "(its compute_logits rows differed from its logits rows, or "
+                "max_cached_logprobs=0 with live=False)"
+            )
+        return hidden.to(torch.float32, copy=True)  # never the step's own tensor
+
+    def _served_hidden(self, ids: tuple[int, ...]) -> torch.Tensor | None:
+        """The hidden state kept for ``ids`` (its live request's, or memoised), or None."""
+        if self._sessions is None:
+            return self._hidden_memo.get(ids)
+        lane = self._sessions.lanes.get(ids)
+        return None if lane is None else lane.hidden
+
+    def _check_hidden(self) -> None:
+        if self._hidden_unavailable is not None:
+            raise TypeError(
+                f"VLLMLM has no hidden states here: {self._hidden_unavailable}. Use "
+                "capture='processor' with the engine in this process "
+                "(VLLMLM.from_pretrained with tensor_parallel_size=1 does), or CachedCausalLM; "
+                "a learned twist without them reads last_token(), constraint_signals(), "
+                "progress() or repetition() instead of hidden_state()"
+            )
 
     # ------------------------------------------------------------------ batching
     def _serve(self, contexts: list[tuple[int, ...]]) -> list[torch.Tensor]:
@@ -298,6 +377,9 @@ class VLLMLM(HFTokenizerLM):
                 )
             if self.capture == "processor":
                 rows = self._collect_captured(tags)
+                for c, hidden in zip(contexts, captured_hidden(tags)):
+                    if hidden is not None:  # its own copy too, as the row
+                        self._hidden_memo.put(c, hidden.clone())
             else:
                 rows = [self._row_from_logprobs(out) for out in outputs]
         finally:

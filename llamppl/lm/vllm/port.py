@@ -18,15 +18,22 @@ of two ways (``capture``):
     as numpy arrays (any engine layout, e.g. tensor parallel); the step's rows
     are scattered into one ``(k, V)`` CPU tensor (no Python floats).
 
+With ``"processor"``, :func:`install_hidden_capture` also lets the processor store the
+rows' final hidden states (the LM head's input) beside their log-probs: vLLM's model
+runner calls ``model.compute_logits(hidden)`` on exactly the rows the logits processors
+then see, in the same order, so a wrapper of ``compute_logits`` keeps ``hidden`` for the
+processor of the same step (one ``(k, D)`` tensor per step, :data:`CAPTURED_HIDDEN`).
+
 Example (what ``VLLMLM(llm, live=True)`` builds)::
 
     port = CorePort(llm, capture="processor", vocab_size=49152, tag_prefix="abc")
     port.start("abc-1", (1, 2, 3), fork_of=None, fork_tokens=0)
-    ids, rows, computed = port.step()     # ["abc-1"], [row (V,)], {"abc-1": 3}
+    ids, rows, hidden, computed = port.step()  # ["abc-1"], [row (V,)], [(D,) | None], {"abc-1": 3}
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -38,10 +45,13 @@ from .load import import_vllm
 
 __all__ = [
     "CAPTURED",
+    "CAPTURED_HIDDEN",
     "CAPTURE_TAG",
     "CorePort",
+    "captured_hidden",
     "captured_rows",
     "forget_captured",
+    "install_hidden_capture",
     "processor_class",
 ]
 
@@ -51,29 +61,98 @@ CAPTURE_TAG = "llamppl_capture"  # key of SamplingParams.extra_args read by the 
 # Each step's rows are ONE tensor; a tag's row is a view of it, overwritten by a later
 # step (a request in chunked prefill is captured again when its prompt is complete).
 CAPTURED: dict[str, tuple[torch.Tensor, int]] = {}
+# The same for the rows' final hidden states (step tensor (k, D) float32), filled beside
+# CAPTURED in the steps whose compute_logits is wrapped (install_hidden_capture).
+CAPTURED_HIDDEN: dict[str, tuple[torch.Tensor, int]] = {}
 _LOCK = threading.Lock()
 
+# The rows given to the wrapped compute_logits of the running engine step, until the
+# capture processor of that step takes them (vLLM samples a step before it runs the next).
+_step_hidden: torch.Tensor | None = None
+_WRAPPED = "_llamppl_keeps_hidden"  # attribute that marks our compute_logits wrapper
 
-def captured_rows(tags: list[str]) -> list[torch.Tensor | None]:
-    """The latest captured row of each tag (a view of its step's tensor), or None."""
+
+def _latest(
+    store: dict[str, tuple[torch.Tensor, int]], tags: list[str]
+) -> list[torch.Tensor | None]:
     with _LOCK:
-        hits = [CAPTURED.get(t) for t in tags]
+        hits = [store.get(t) for t in tags]
     return [None if hit is None else hit[0][hit[1]] for hit in hits]
 
 
+def captured_rows(tags: list[str]) -> list[torch.Tensor | None]:
+    """The latest captured log-prob row of each tag (a view of its step's tensor), or None."""
+    return _latest(CAPTURED, tags)
+
+
+def captured_hidden(tags: list[str]) -> list[torch.Tensor | None]:
+    """The hidden state ``(D,)`` float32 captured with each tag's latest log-prob row (a view
+    of its step's tensor), or None (no hidden capture installed on the engine)."""
+    return _latest(CAPTURED_HIDDEN, tags)
+
+
 def forget_captured(tags: list[str]) -> None:
-    """Drop the captured rows of ``tags``."""
+    """Drop the captured rows (log-probs and hidden states) of ``tags``."""
     with _LOCK:
         for t in tags:
             CAPTURED.pop(t, None)
+            CAPTURED_HIDDEN.pop(t, None)
+
+
+def _take_step_hidden(n_rows: int) -> torch.Tensor | None:
+    """The hidden states the step's ``compute_logits`` was given, if they are its ``n_rows``
+    logit rows (else None); the slot is emptied, so a later step never reads them."""
+    global _step_hidden
+    hidden, _step_hidden = _step_hidden, None
+    return hidden if hidden is not None and hidden.shape[0] == n_rows else None
+
+
+def install_hidden_capture(llm: Any) -> str | None:
+    """Wrap the ``compute_logits`` of the engine's model (once per model) so that the capture
+    processor stores each tagged row's hidden state too. Returns None when done, else why not.
+
+    It runs through ``LLM.apply_model`` in the engine's worker, which must be this process
+    (the processor's store is this process's); the wrapper only keeps a reference to its
+    argument, so a step costs no copy beyond the processor's ``index_select`` of its rows.
+    """
+    apply_model = getattr(llm, "apply_model", None)
+    if not callable(apply_model):
+        return f"{type(llm).__name__} has no apply_model (vllm.LLM's) to reach the model"
+    pid = os.getpid()
+
+    def wrap(model: Any) -> str | None:
+        if os.getpid() != pid:
+            return "the vLLM engine runs in another process"
+        compute_logits = getattr(model, "compute_logits", None)
+        if not callable(compute_logits):
+            return f"the model {type(model).__name__} has no compute_logits"
+        if getattr(compute_logits, _WRAPPED, False):
+            return None
+
+        def keeping_hidden(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            global _step_hidden
+            _step_hidden = hidden_states
+            return compute_logits(hidden_states, *args, **kwargs)
+
+        setattr(keeping_hidden, _WRAPPED, True)
+        model.compute_logits = keeping_hidden  # an instance attribute: the runner's call
+        return None
+
+    try:
+        reasons = apply_model(wrap)
+    except Exception as exc:  # e.g. the function cannot be sent to an out-of-process engine
+        return f"vLLM could not run a function on its model in this process ({exc})"
+    return next((r for r in reasons if r is not None), None)
 
 
 def processor_class() -> type:
-    """The vLLM v1 logits processor class that captures tagged requests' log-probs."""
+    """The vLLM v1 logits processor class that captures tagged requests' log-probs (and their
+    hidden states, on an engine with :func:`install_hidden_capture`)."""
     from vllm.v1.sample.logits_processor import LogitsProcessor, MoveDirectionality
 
     class CaptureLogprobs(LogitsProcessor):
-        """Stores ``log_softmax`` of the rows of requests tagged ``extra_args[CAPTURE_TAG]``."""
+        """Stores ``log_softmax`` of the rows of requests tagged ``extra_args[CAPTURE_TAG]``,
+        and the rows' hidden states when the step's ``compute_logits`` kept them."""
 
         def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
             self.tags: dict[int, str] = {}  # persistent-batch row -> tag
@@ -101,13 +180,20 @@ def processor_class() -> type:
                     self.tags[a] = tb
 
         def apply(self, logits: torch.Tensor) -> torch.Tensor:  # logits: (B, V)
+            hidden = _take_step_hidden(logits.shape[0])  # (B, D) or None
             rows = [i for i in self.tags if i < logits.shape[0]]
             if rows:
                 idx = torch.tensor(rows, device=logits.device)  # host -> device, no sync
                 logps = torch.log_softmax(logits.index_select(0, idx).float(), dim=-1)  # (k, V)
+                states = None if hidden is None else hidden.index_select(0, idx).float()
                 with _LOCK:
                     for k, i in enumerate(rows):
-                        CAPTURED[self.tags[i]] = (logps, k)
+                        tag = self.tags[i]
+                        CAPTURED[tag] = (logps, k)
+                        if states is None:
+                            CAPTURED_HIDDEN.pop(tag, None)  # never a stale step's
+                        else:
+                            CAPTURED_HIDDEN[tag] = (states, k)
             return logits
 
     return CaptureLogprobs
@@ -199,8 +285,12 @@ class CorePort:
         forget_captured([f"{self.tag_prefix}:{rid}" for rid in request_ids])
 
     # ------------------------------------------------------------------ one step
-    def step(self) -> tuple[list[str], list[torch.Tensor], dict[str, int]]:
-        """One engine step: ids whose row is ready, their rows, tokens computed by id."""
+    def step(
+        self,
+    ) -> tuple[list[str], list[torch.Tensor], list[torch.Tensor | None], dict[str, int]]:
+        """One engine step: ids whose row is ready, their rows, their hidden states (None
+        where not captured: ``capture="logprobs"`` or no :func:`install_hidden_capture`),
+        tokens computed by id."""
         outputs = self.core.get_output().outputs
         done = [o for o in outputs if o.new_token_ids and o.request_id in self._chunk]
         ids = [o.request_id for o in done]
@@ -213,17 +303,18 @@ class CorePort:
             self._new.discard(o.request_id)
             computed[o.request_id] = n
         if not done:
-            return [], [], computed
+            return [], [], [], computed
         if self.capture == "processor":
-            rows = captured_rows([f"{self.tag_prefix}:{rid}" for rid in ids])
+            tags = [f"{self.tag_prefix}:{rid}" for rid in ids]
+            rows = captured_rows(tags)
             if any(r is None for r in rows):
                 raise RuntimeError(
                     "the vLLM logits processor captured no log-probs: the engine does not run "
                     "in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, tensor_parallel_size=1) "
                     "or use capture='logprobs'"
                 )
-            return ids, rows, computed  # type: ignore[return-value]
-        return ids, self._scatter([o.new_logprobs for o in done]), computed
+            return ids, rows, captured_hidden(tags), computed  # type: ignore[return-value]
+        return ids, self._scatter([o.new_logprobs for o in done]), [None] * len(ids), computed
 
     def _scatter(self, logprobs: list[Any]) -> list[torch.Tensor]:
         """One ``(k, V)`` tensor from the outputs' full-vocabulary log-prob arrays."""
