@@ -36,6 +36,10 @@ run excluded), and generated tokens count every particle extension. Runs go ``--
 at a time in one process, sharing the LM's forwards (``benchmarks/_concurrency.py``; default:
 all within a row bound); a run's CPU seconds are then its share of the process's
 (``extra["concurrency"]`` says how many ran at once; ``--concurrency 1``: each alone).
+``--move K`` runs the SMC methods with resample-move (``smc_standard(..., move=
+ResampleMove(k=K))``: after each resampling, an independent Metropolis–Hastings move on every
+particle's last K tokens, :mod:`llamppl.inference.moves`); their records are named
+``... + resample-move k=K``.
 """
 
 from __future__ import annotations
@@ -53,16 +57,23 @@ import awrs_tasks as T
 import torch
 from _args import nonnegative_int, positive_int
 from _concurrency import add_concurrency_argument, concurrency, solve_all
-from awrs_twist import SHARPNESS, TRAIN_SEED, TwistSettings, learned_twist, make_program
+from awrs_twist import (
+    SHARPNESS,
+    TRAIN_SEED,
+    TwistSettings,
+    dropped_prompts,
+    learned_twist,
+    make_program,
+)
 
 from llamppl import CachedCausalLM, run
 from llamppl.constraints import Constraint
 from llamppl.decoding.chemistry import Smiles, open_closures
 from llamppl.decoding.text.characters import RegexPrefix
-from llamppl.inference import importance_sampling, smc_standard
+from llamppl.inference import ResampleMove, importance_sampling, smc_standard
 from llamppl.models import HardConstraint
 
-__all__ = ["METHODS", "main", "run_method", "solve_method"]
+__all__ = ["METHODS", "main", "method_name", "run_method", "solve_method"]
 
 METHODS = ("base", "lcd", "rerank", "smc-mask", "smc-lazy", "smc-plain", "smc-need", "smc-learned")
 NAMES = {
@@ -172,13 +183,22 @@ def _particles(result, weighted: bool = True) -> list[M.Particle]:
     return out
 
 
-def run_method(method: str, lm: CachedCausalLM, instance: T.Instance, n: int, seed: int) -> Outcome:
-    """One run of ``method`` with ``n`` particles on ``instance`` (the timed part)."""
-    return run(solve_method(method, lm, instance, n, seed))
+def run_method(
+    method: str, lm: CachedCausalLM, instance: T.Instance, n: int, seed: int, move: int = 0
+) -> Outcome:
+    """One run of ``method`` with ``n`` particles on ``instance`` (the timed part); ``move`` > 0:
+    the SMC methods with ``ResampleMove(k=move)``."""
+    return run(solve_method(method, lm, instance, n, seed, move))
+
+
+def method_name(method: str, move: int = 0) -> str:
+    """The record's name of ``method`` (with its resample-move, if any)."""
+    moved = move > 0 and method.startswith("smc")
+    return NAMES[method] + (f" + resample-move k={move}" if moved else "")
 
 
 async def solve_method(
-    method: str, lm: CachedCausalLM, instance: T.Instance, n: int, seed: int
+    method: str, lm: CachedCausalLM, instance: T.Instance, n: int, seed: int, move: int = 0
 ) -> Outcome:
     """:func:`run_method` as a coroutine: runs of several instances at once share the LM."""
     prompt = instance.prompt(lm.tokenizer)
@@ -213,7 +233,8 @@ async def solve_method(
         result = await importance_sampling(model, 1, seed=seed)
         particles = _particles(result, weighted=False)  # the weight is ignored: local masking
     else:
-        result = await smc_standard(model, n, 0.5, seed=seed)
+        rejuvenate = ResampleMove(k=move) if move > 0 else None
+        result = await smc_standard(model, n, 0.5, seed=seed, move=rejuvenate)
         particles = _particles(result)
     causes: dict[str, int] = {}
     for p in result.particles:
@@ -225,23 +246,23 @@ async def solve_method(
     return Outcome(particles, constraint.calls, _extensions(result), extra)
 
 
-async def solve(lm, method: str, instance: T.Instance, n: int, *, seed: int) -> dict:
+async def solve(lm, method: str, instance: T.Instance, n: int, move: int, *, seed: int) -> dict:
     """One (method, instance) run for :func:`_concurrency.solve_all`: its outcome or error."""
     try:
-        return {"outcome": await solve_method(method, lm, instance, n, seed), "error": None}
+        return {"outcome": await solve_method(method, lm, instance, n, seed, move), "error": None}
     except Exception as exc:  # noqa: BLE001 - a failed run is a row, not a crash
         return {"outcome": Outcome([], 0, 0, {}), "error": f"{type(exc).__name__}: {exc}"}
 
 
 def make_record(
-    method: str, instance: T.Instance, n: int, replicate: int, seed: int, done: dict
+    method: str, instance: T.Instance, n: int, replicate: int, seed: int, done: dict, move: int = 0
 ) -> R.RunRecord:
     """The record of one run from what :func:`solve` returned, timed by ``solve_all``."""
     out = done.get("outcome") or Outcome([], 0, 0, {})
     error = done.get("error")
     score, valid = M.posterior_score(out.particles, instance.score) if out.particles else (0.0, 0.0)
     return R.RunRecord(
-        method=NAMES[method],
+        method=method_name(method, move),
         task=instance.task,
         instance=instance.id,
         replicate=replicate,
@@ -257,6 +278,7 @@ def make_record(
         extra={
             "seed": seed,
             "concurrency": done["concurrency"],
+            **({"move_k": move} if move > 0 and method.startswith("smc") else {}),
             **out.extra,
             **(
                 {k: v for k, v in LEARNED[instance.task].items() if k != "twist"}
@@ -295,6 +317,12 @@ def main(task: str, argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads")
     parser.add_argument("--report", action="store_true", help="only print the table")
     parser.add_argument("--retrain-twist", action="store_true", help="smc-learned: no cache")
+    parser.add_argument(
+        "--move",
+        type=nonnegative_int,
+        default=0,
+        help="SMC methods with ResampleMove(k=MOVE) after resampling (0: none)",
+    )
     add_concurrency_argument(parser)
     args = parser.parse_args(argv)
     if "smc-learned" in args.methods and args.seed == TRAIN_SEED:
@@ -311,7 +339,7 @@ def main(task: str, argv: list[str] | None = None) -> None:
             twist, cpu, _ = learned_twist(lm, settings, instances, args.retrain_twist)
             LEARNED[task] = {
                 "twist": twist.sharpened(SHARPNESS),
-                "twist_file": settings.path().name,
+                "twist_file": settings.path(dropped_prompts(settings, instances)).name,
                 "twist_training_cpu_s": cpu,
                 "twist_sharpness": SHARPNESS,
             }
@@ -326,13 +354,15 @@ def main(task: str, argv: list[str] | None = None) -> None:
                             continue
                     sizes = args.particles if method.startswith("smc") else [args.rerank]
                     runs += [(method, inst, n, rep, 1000 * rep + k) for n in sizes]
-        problems = [(solve, (method, inst, n), seed) for method, inst, n, _, seed in runs]
+        problems = [
+            (solve, (method, inst, n, args.move), seed) for method, inst, n, _, seed in runs
+        ]
         k = concurrency(args.concurrency, max(args.particles + [args.rerank]), len(runs))
         print(f"[{task}] {len(runs)} runs, {k} at once", flush=True)
 
         def write(i: int, done: dict) -> None:
             method, inst, n, rep, seed = runs[i]
-            rec = make_record(method, inst, n, rep, seed, done)
+            rec = make_record(method, inst, n, rep, seed, done, args.move)
             R.append_record(args.out, rec)
             print(
                 f"  rep {rep} inst {inst.id:>3} {rec.method:<22} N={rec.n_particles:<3} "

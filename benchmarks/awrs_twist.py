@@ -6,7 +6,9 @@ fitted by :func:`llamppl.inference.twist_learning.learn_twist` on the program's 
 
 - **Training prompts**: the task's instances drawn with :data:`TRAIN_SEED` (never an
   evaluation seed: ``--seed`` equal to it is refused), minus any instance equal to an
-  evaluated one (checked again when a cached twist is used).
+  evaluated one; a twist trained without some prompts is cached under its own key (the
+  dropped prompts are hashed with the settings), so an evaluation never loads a twist that
+  saw one of its prompts.
 - **Cache**: ``benchmarks/twists/<task>-<key>.pt``, the key a hash of every training setting
   (:class:`TwistSettings`), so a repeated run loads it instead of training; the file holds
   the head (a few KB) and its training report. ``python benchmarks/awrs_twist.py molecules``
@@ -29,6 +31,7 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -51,6 +54,7 @@ __all__ = [
     "TRAIN_SEED",
     "VALIDATION_SEEDS",
     "TwistSettings",
+    "dropped_prompts",
     "features_for",
     "learned_twist",
     "make_program",
@@ -59,7 +63,7 @@ __all__ = [
 
 TRAIN_SEED = 271828  # the training prompts' draw; no evaluation uses it
 #: Seeds of the validation prompts that chose :data:`SHARPNESS` (training side: never evaluated).
-VALIDATION_SEEDS = (314159, 161803)
+VALIDATION_SEEDS = (314159, 161803, 141421, 173205)
 #: The power of ψ_θ the method runs with (``LearnedTwist.sharpened``), chosen by
 #: ``python benchmarks/awrs_twist.py molecules --validate 314159 --sharpness 1 2 3`` (and 161803).
 SHARPNESS = 3.0
@@ -72,7 +76,7 @@ class TwistSettings:
 
     task: str
     train_seed: int = TRAIN_SEED
-    prompts: int = 20
+    prompts: int = 40
     runs_per_prompt: int = 1
     n_particles: int = 10
     hidden_state: bool = False
@@ -82,12 +86,14 @@ class TwistSettings:
     rounds: int = 1
     version: int = 1  # bump when the program or the features change
 
-    def key(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
+    def key(self, dropped: Sequence[str] = ()) -> str:
+        """Hash of every setting and of the training prompts dropped (equal to an evaluated one)."""
+        blob = asdict(self) | ({"dropped": sorted(dropped)} if dropped else {})
+        return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:12]
 
-    def path(self) -> Path:
-        return CACHE / f"{self.task}-{self.key()}.pt"
+    def path(self, dropped: Sequence[str] = ()) -> Path:
+        """The cache file of the twist trained without the ``dropped`` prompts."""
+        return CACHE / f"{self.task}-{self.key(dropped)}.pt"
 
 
 def features_for(settings: TwistSettings) -> TwistFeatures:
@@ -131,8 +137,15 @@ def _training_instances(settings: TwistSettings, evaluated) -> list[T.Instance]:
     return [i for i in drawn if _identity(i) not in seen]
 
 
-def _identity(instance: T.Instance):
-    return getattr(instance, "molecules", None) or getattr(instance, "pattern", None)
+def _identity(instance: T.Instance) -> str:
+    return repr(getattr(instance, "molecules", None) or getattr(instance, "pattern", None))
+
+
+def dropped_prompts(settings: TwistSettings, evaluated) -> list[str]:
+    """The training prompts equal to an evaluated one (left out of training; part of the key)."""
+    seen = {_identity(i) for i in evaluated}
+    drawn = T.instances(settings.task, settings.prompts, seed=settings.train_seed)
+    return [_identity(i) for i in drawn if _identity(i) in seen]
 
 
 def learned_twist(
@@ -140,16 +153,15 @@ def learned_twist(
 ) -> tuple[LearnedTwist, float, bool]:
     """``(twist, training CPU seconds, trained now)``: loaded from the cache or trained."""
     train = _training_instances(settings, evaluated)
-    drawn = T.instances(settings.task, settings.prompts, seed=settings.train_seed)
-    if len(train) < len(drawn):
+    dropped = dropped_prompts(settings, evaluated)
+    if dropped:
         print(
-            f"  [twist] {len(drawn) - len(train)} training prompt(s) equal an evaluated one: dropped"
+            f"  [twist] {len(dropped)} training prompt(s) equal an evaluated one: dropped "
+            "(a twist of its own, cached apart)"
         )
-    path = settings.path()
+    path = settings.path(dropped)
     features = features_for(settings)
     if path.is_file() and not retrain:
-        if len(train) < len(drawn):
-            raise ValueError(f"the cached twist {path} was trained on an evaluated prompt; retrain")
         twist = LearnedTwist.load(path, features=features)
         cpu = twist.report.rollout_cpu_seconds + twist.report.fit_cpu_seconds
         print(f"  [twist] loaded {path.name}: {twist.report.summary()}", flush=True)
@@ -182,9 +194,12 @@ def learned_twist(
     return twist, cpu, True
 
 
-def validate(lm, settings: TwistSettings, seed: int, sharpness: list[float], n: int = 8) -> None:
+def validate(
+    lm, settings: TwistSettings, seed: int, sharpness: list[float], n: int = 8, move: int = 0
+) -> None:
     """Valid rate of ``smc-learned`` (N = 5) at each sharpness on ``n`` validation prompts drawn
-    with ``seed`` (a training-side seed: :data:`VALIDATION_SEEDS`), the ``n`` runs at once."""
+    with ``seed`` (a training-side seed: :data:`VALIDATION_SEEDS`), the ``n`` runs at once;
+    ``move`` > 0 adds ``ResampleMove(k=move)``."""
     import asyncio
 
     import awrs_metrics as M
@@ -200,7 +215,7 @@ def validate(lm, settings: TwistSettings, seed: int, sharpness: list[float], n: 
     async def at(a: float) -> list[float]:
         A.LEARNED[settings.task] = {"twist": twist.sharpened(a)}
         outs = await asyncio.gather(
-            *(A.solve_method("smc-learned", lm, inst, 5, k) for k, inst in enumerate(prompts))
+            *(A.solve_method("smc-learned", lm, inst, 5, k, move) for k, inst in enumerate(prompts))
         )
         return [M.posterior_score(o.particles, i.score)[1] for o, i in zip(outs, prompts)]
 
@@ -208,7 +223,7 @@ def validate(lm, settings: TwistSettings, seed: int, sharpness: list[float], n: 
         cpu0 = time.process_time()
         valid = run(at(a))
         print(
-            f"  [validate seed {seed}] sharpness {a:g}: valid {sum(valid) / len(valid):.3f} "
+            f"  [validate seed {seed}] sharpness {a:g} move {move}: valid {sum(valid) / len(valid):.3f} "
             f"{[round(v, 2) for v in valid]} CPU {time.process_time() - cpu0:.0f} s "
             f"({n} runs at once)",
             flush=True,
@@ -229,12 +244,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--validate", type=int, default=None, help="a validation seed")
     parser.add_argument("--sharpness", type=float, nargs="+", default=[1.0, SHARPNESS])
+    parser.add_argument("--move", type=int, default=0, help="validate with ResampleMove(k=MOVE)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"[twist] torch threads {torch.get_num_threads()}")
     if args.validate is not None:
         lm = CachedCausalLM.default()
-        validate(lm, TwistSettings(args.task), args.validate, args.sharpness)
+        validate(lm, TwistSettings(args.task), args.validate, args.sharpness, move=args.move)
         return
     twist, cpu, _ = learned_twist(
         CachedCausalLM.default(), TwistSettings(args.task), (), args.retrain

@@ -28,6 +28,18 @@ def test_the_cache_key_changes_with_every_setting():
         keys.add(replace(base, **{field: value}).key())
     assert len(keys) == 5
     assert base.path().name == f"molecules-{base.key()}.pt"
+    # a twist trained without some prompts (equal to evaluated ones) has a file of its own
+    assert base.path(["a", "b"]) == base.path(["b", "a"]) != base.path(["a"]) != base.path()
+
+
+@needs_data
+def test_an_evaluation_sharing_a_training_prompt_gets_a_twist_trained_without_it():
+    settings = W.TwistSettings("molecules", prompts=6)
+    drawn = T.instances("molecules", 6, seed=settings.train_seed)
+    assert W.dropped_prompts(settings, T.instances("molecules", 8, seed=4242)) == []
+    dropped = W.dropped_prompts(settings, [drawn[4], drawn[1]])
+    assert dropped == [W._identity(drawn[1]), W._identity(drawn[4])]  # in training order
+    assert settings.path(dropped) != settings.path()
 
 
 @needs_data
