@@ -11,7 +11,16 @@ checker (:mod:`collie_judge`, rebuilt from the JSON tree) grades the one text it
   weight ignored (what masking without weights gives);
 - ``smc``: ``smc_standard`` with ``--particles N`` particles of ``HardConstraint`` on the
   instance's constraint (``llamppl.constraints.collie_constraint``), lazy proposal, a text
-  drawn from the final weighted particles.
+  drawn from the final weighted particles;
+- ``smc-learned``: the same program with ``twist=`` a learned twist (:mod:`collie_twist`:
+  fitted on the program's own runs on dev prompts this run does not evaluate, cached under
+  ``benchmarks/twists/``, trained or loaded before any timed run, its training CPU in each
+  record apart from the run's).
+
+``--move K`` runs the SMC methods with resample-move (``smc_standard(..., move=ResampleMove(k=K))``,
+:mod:`llamppl.inference.moves`); their records are labelled ``smc+move K`` and
+``smc-learned+move K``. ``--append`` adds records to ``--out`` instead of replacing it, so that
+one file holds several runs (``--report FILE`` prints them side by side).
 
 This script only runs and grades: the constraint, its plain characters and its token budget
 are the library's. LCD and SMC use the library's default, plain characters
@@ -53,7 +62,8 @@ import torch
 from _args import nonnegative_int, positive_int
 from _concurrency import add_concurrency_argument, concurrency, solve_all
 
-METHODS = ("plain", "lcd", "smc")
+METHODS = ("plain", "lcd", "smc", "smc-learned")
+DEFAULT_METHODS = ("plain", "lcd", "smc")
 ANCHORS = {  # published outputs judged with the same checker (shared data README)
     "c01": (100, 86, 86, 29),
     "c02": (1, 1, 0, 0),
@@ -85,14 +95,31 @@ async def _mean_logprob(lm: Any, particle: Any) -> float | None:
     return total / len(gen)
 
 
+def label(method: str, move: int) -> str:
+    """A record's method: ``smc``, or ``smc+move 2`` with resample-move of k = 2."""
+    return f"{method}+move {move}" if move and method.startswith("smc") else method
+
+
 async def solve(
-    lm: Any, method: str, inst: dict, n: int, plain: bool = True, *, seed: int
+    lm: Any,
+    method: str,
+    inst: dict,
+    n: int,
+    plain: bool = True,
+    move: int = 0,
+    learned: dict | None = None,
+    *,
+    seed: int,
 ) -> dict[str, Any]:
-    """One method on one instance: the returned text, its judgement and its work."""
+    """One method on one instance: the returned text, its judgement and its work.
+
+    ``move``: resample-move's k for the SMC methods (0: none); ``learned``: ``smc-learned``'s
+    twist, ``{"twist", "mode", "sharpness", ...}`` (:mod:`collie_twist`)."""
     from collie_judge import judge
+    from collie_twist import smc_program, succeeded
 
     from llamppl.constraints import collie_constraint, token_budget
-    from llamppl.inference import importance_sampling, smc_standard
+    from llamppl.inference import ResampleMove, importance_sampling, smc_standard
     from llamppl.models import HardConstraint
 
     prompt = list(lm.apply_chat_template([{"role": "user", "content": inst["prompt"]}]))
@@ -110,8 +137,15 @@ async def solve(
         result = await importance_sampling(model, 1, seed=seed)
         chosen = result.particles[0]  # the weight is ignored: local masking
     else:
-        model = HardConstraint(lm, prompt, constraint, "lazy", max_tokens)
-        result = await smc_standard(model, n, 0.5, seed=seed)
+        if method == "smc-learned":
+            if learned is None:
+                raise ValueError("smc-learned needs its learned twist (collie_twist)")
+            model = smc_program(lm, inst, learned["twist"], plain=plain, mode=learned["mode"])
+        else:
+            model = smc_program(lm, inst, plain=plain)
+        constraint, max_tokens = model.constraint, model.max_tokens
+        rejuvenate = {"move": ResampleMove(k=move)} if move else {}
+        result = await smc_standard(model, n, 0.5, seed=seed, **rejuvenate)
         live = [i for i, w in enumerate(result.log_weights) if w > -math.inf]
         if live:
             rng = random.Random(seed)
@@ -126,20 +160,30 @@ async def solve(
         if p.failure is not None:
             cause = p.failure.split(" (")[0]
             failures[cause] = failures.get(cause, 0) + 1
+    smc = method.startswith("smc")
+    extra: dict[str, Any] = {}
+    if smc and move:
+        extra["move_k"] = move
+        extra["move_acceptance"] = result.stats.get("move_acceptance")
+    if method == "smc-learned":
+        extra.update({k: v for k, v in learned.items() if k != "twist"})
     return {
-        "method": method,
+        "method": label(method, move),
         "structure": inst["structure"],
         "key": inst["key"],
         "index": inst["index"],
-        "n_particles": 1 if method != "smc" else n,
+        "n_particles": n if smc else 1,
         "max_tokens": max_tokens,
         "text": text,
         "satisfied": bool(judge(inst, text)),
+        # the drawn particle ended by the program's own complete check (no judge)
+        "own_check": succeeded(chosen),
         "tokens": len(chosen.context.generated),
         "mean_logprob": await _mean_logprob(lm, chosen),
         "log_ml": result.log_ml if result.log_ml > -math.inf else None,
         "failures": failures,
         "constraint": repr(constraint),
+        **extra,
     }
 
 
@@ -202,7 +246,7 @@ def report(records: list[dict], methods: list[str]) -> tuple[int, int, float]:
         print(f"| {m} | {avg:.1f}% | {100 * lo:.1f}-{100 * hi:.1f}% | {lp:.2f} | {cpu:.1f} |")
     for name, a in zip(("GPT-4", "GPT-3.5", "Alpaca-7B", "Vicuna-7B"), ANCHOR_AVERAGES):
         print(f"| {name} (published outputs) | {a}% | | | |")
-    smc = next((r for r in rows if r[0] == "smc"), rows[-1])
+    smc = next((r for r in rows if r[0].startswith("smc")), rows[-1])
     recs = smc[6]
     return sum(r["satisfied"] for r in recs), len(recs), smc[1]
 
@@ -216,8 +260,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--particles", type=positive_int, default=8, help="SMC particles (<= 16)")
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="prompt choice and runs")
     parser.add_argument(
-        "--methods", default=",".join(METHODS), help="comma-separated: " + ", ".join(METHODS)
+        "--methods",
+        default=",".join(DEFAULT_METHODS),
+        help="comma-separated: " + ", ".join(METHODS),
     )
+    parser.add_argument(
+        "--move",
+        type=nonnegative_int,
+        default=0,
+        help="resample-move for the SMC methods: ResampleMove(k=K) (0: none)",
+    )
+    parser.add_argument("--retrain-twist", action="store_true", help="smc-learned: no cache")
+    parser.add_argument("--append", action="store_true", help="append to --out, not replace")
     parser.add_argument("--structures", default=None, help="comma-separated subset (default: all)")
     parser.add_argument(
         "--plain-characters",
@@ -238,10 +292,20 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--methods: unknown method {m!r} (choose from {', '.join(METHODS)})")
     if args.particles > 16:
         parser.error(f"--particles must be at most 16, got {args.particles}")
+    if "smc-learned" in methods:
+        from collie_twist import TRAIN_SEED, VALIDATION_SEEDS
+
+        if args.seed == TRAIN_SEED or args.seed in VALIDATION_SEEDS:
+            parser.error(f"--seed {args.seed} draws smc-learned's training or validation prompts")
 
     if args.report:
         records = [json.loads(line) for line in Path(args.report).open() if line.strip()]
-        x, y, z = report(records, [m for m in methods if any(r["method"] == m for r in records)])
+        labels = sorted(
+            {r["method"] for r in records},
+            key=lambda m: (METHODS.index(m.split("+")[0]) if m.split("+")[0] in METHODS else 99, m),
+        )
+        shown = METHODS if args.methods == ",".join(DEFAULT_METHODS) else methods  # default: all
+        x, y, z = report(records, [m for m in labels if m.split("+")[0] in shown])
         print(f"collie: satisfied {x}/{y} ({z:.1f}%)")
         return
     import collie_judge  # sets NLTK_DATA to the shared Punkt data unless the user set it
@@ -257,13 +321,35 @@ def main(argv: list[str] | None = None) -> None:
         keep = set(args.structures.split(","))
         picked = {s: v for s, v in picked.items() if s in keep}
     lm = CachedCausalLM.default()
+    learned = None
+    if "smc-learned" in methods:  # trained or loaded before any timed run
+        import collie_twist as W
+
+        settings = W.CollieTwistSettings(plain=args.plain_characters)
+        evaluated = [i for v in picked.values() for i in v] + W.report_prompts(instances)
+        twist, cpu, path = W.learned_twist(
+            lm, settings, instances, evaluated, retrain=args.retrain_twist
+        )
+        learned = {
+            "twist": twist.sharpened(W.SHARPNESS),
+            "mode": W.MODE,
+            "sharpness": W.SHARPNESS,
+            "twist_file": path.name,
+            "twist_training_cpu_s": cpu,
+        }
+        print(f"smc-learned: {path.name}, {W.MODE}, sharpness {W.SHARPNESS:g}")
     print(f"torch threads: {torch.get_num_threads()}; NLTK_DATA={os.environ['NLTK_DATA']}")
     print(
         f"methods: {methods}; particles: {args.particles}; seed: {args.seed}; "
+        f"move: {args.move or 'none'}; "
         f"plain characters: {'on' if args.plain_characters else 'off'}"
     )
     problems = [
-        (solve, (m, inst, args.particles, args.plain_characters), args.seed * 1000 + j)
+        (
+            solve,
+            (m, inst, args.particles, args.plain_characters, args.move, learned),
+            args.seed * 1000 + j,
+        )
         for insts in picked.values()
         for j, inst in enumerate(insts)
         for m in methods
@@ -274,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     cpu0 = time.process_time()
-    with out.open("w") as fh:
+    with out.open("a" if args.append else "w") as fh:
 
         def write(i: int, rec: dict) -> None:
             if "error" in rec:
@@ -285,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
             fh.flush()
             lp = rec["mean_logprob"]
             print(
-                f"{rec['structure']} {rec['key']}#{rec['index']} {rec['method']:5s} "
+                f"{rec['structure']} {rec['key']}#{rec['index']} {rec['method']:11s} "
                 f"ok={rec['satisfied']!s:5} cpu={rec['cpu_seconds']:.1f}s tok={rec['tokens']} "
                 f"lp={lp if lp is None else round(lp, 2)} {rec['text'][:70]!r}",
                 flush=True,
@@ -293,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
 
         solve_all(lm, problems, k, write)
     print(f"CPU: {time.process_time() - cpu0:.1f} s for {len(problems)} problems, {k} at once")
-    x, y, z = report(records, methods)
+    x, y, z = report(records, [label(m, args.move) for m in methods])
     print(f"collie: satisfied {x}/{y} ({z:.1f}%)")
 
 
