@@ -2,7 +2,9 @@
 
 The task (LLaMPPL paper §2.2): continue "The Fed says" so that no word is longer than
 5 letters, with the token-masking proposal (observe "next token is allowed", then
-sample the masked next token), N = 16 particles, the embedded SmolLM2-135M (fp32),
+sample the masked next token), N = 16 particles, the embedded SmolLM2-135M (ours: the
+default ``CachedCausalLM.default()``, float16-weight linear layers on a CPU; the peer: the
+same converted weights in float32, its own loader),
 stopping at EOS or after T generated tokens; ``smc_standard`` and ``smc_steer`` (K = 3)
 at T = 30 and 100. Ours runs in this process (``HardConstraint`` + ``max_word_length(5)``);
 the peer runs in a subprocess of its own venv (``scripts/setup-peer.sh`` makes
@@ -294,7 +296,9 @@ def main() -> None:
         print(
             f"ours: torch {torch.__version__}, threads {torch.get_num_threads()}; peer: "
             f"genlm/llamppl {peer.info['version']}, threads {peer.info['threads']}; "
-            f"N = {args.particles}, K = {args.beam}; SmolLM2-135M fp32 CPU"
+            f"N = {args.particles}, K = {args.beam}; SmolLM2-135M on the CPU, our linear layers "
+            f"{'/'.join(sorted({type(m).__name__ for m in lm.model.modules() if 'Linear' in type(m).__name__}))}"
+            ", the peer's float32"
         )
         rows = []
         for method in args.methods:

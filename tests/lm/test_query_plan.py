@@ -19,14 +19,18 @@ from llamppl.lm.trie import TokenTrie
 SCRATCH = 99
 
 
-def _planned():
+def _grouped():
     """Cached 5 7 (slots 0, 1); new: 9 below it, a chain 8 3 below it, a fresh tree 4 6 | 4 2."""
     trie = TokenTrie(16)
     trie.insert(trie.root, [5, 7])
     contexts = [(5, 7, 9), (5, 7, 8, 3), (4, 6), (4, 2)]
     requests = [Request(i, c, *trie.match_prefix(c)) for i, c in enumerate(contexts)]
     paths = [trie.insert(r.matched, r.suffix) for r in requests]
-    groups, bases = group_paths([r.matched for r in requests], paths)
+    return group_paths([r.matched for r in requests], paths)
+
+
+def _planned():
+    groups, bases = _grouped()
     plan = plan_rows(groups, bases, SCRATCH)
     return [node for g in groups for node in g], plan
 
@@ -83,12 +87,7 @@ def test_pad_rows_adds_empty_rows_until_the_linear_layers_see_enough_tokens():
 
 
 def test_pack_rows_puts_whole_groups_side_by_side_and_keeps_their_order():
-    trie = TokenTrie(16)
-    trie.insert(trie.root, [5, 7])
-    contexts = [(5, 7, 9), (5, 7, 8, 3), (4, 6), (4, 2)]
-    requests = [Request(i, c, *trie.match_prefix(c)) for i, c in enumerate(contexts)]
-    paths = [trie.insert(r.matched, r.suffix) for r in requests]
-    groups, bases = group_paths([r.matched for r in requests], paths)
+    groups, bases = _grouped()
     nodes = [node for g in groups for node in g]
     per_row = plan_rows(groups, bases, SCRATCH)
     assert per_row.B * per_row.T == 9  # three rows as wide as the 3-token tree: 3 of 9 padding

@@ -75,9 +75,11 @@ class NoLongWords(Model):
             self.finish()
 
 
-def gather(lm, contexts):
+def gather(lm, contexts, method="next_token_logprobs"):
+    """``lm.<method>(c)`` for every context, awaited together (one coalesced round)."""
+
     async def go():
-        return await asyncio.gather(*(lm.next_token_logprobs(c) for c in contexts))
+        return await asyncio.gather(*(getattr(lm, method)(c) for c in contexts))
 
     return asyncio.run(go())
 
@@ -374,10 +376,7 @@ def test_live_many_problems_share_one_engine(vlm):
 
 # ---------------------------------------------------------------------- hidden states
 def hidden_of(lm, contexts):
-    async def go():
-        return await asyncio.gather(*(lm.next_token_hidden(c) for c in contexts))
-
-    return asyncio.run(go())
+    return gather(lm, contexts, "next_token_hidden")
 
 
 @pytest.mark.parametrize("live", [True, False])
