@@ -171,10 +171,7 @@ class QueryPoolLayer(PoolLayer):
         self.state = state
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        b, h, t, d = key_states.shape  # (B, H_kv, T, D)
-        k_new = key_states.transpose(0, 1).reshape(h, b * t, d).index_select(1, self.src)
-        v_new = value_states.transpose(0, 1).reshape(h, b * t, -1).index_select(1, self.src)
-        self.pool.write(self.layer, self.dst, k_new, v_new)  # (H_kv, n, D) into their slots
+        self.write_new(key_states, value_states)  # (B, H_kv, T, D)
         if self.state.pending is not None:
             self.state.missed += 1  # the previous layer's attention never ran through us
         self.state.pending = (self.layer, key_states, value_states)

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -453,21 +453,12 @@ class CachedCausalLM(HFTokenizerLM):
         at = (start, S) if start is not None else pre_t  # the prefix: a view, or one gather
         layers = pool_layers(pool, dev, (src_t, dst_t, read_t), P + T, P, state, at)
         with sharing_prefix(self._config, state):
-            out = self._base(
-                input_ids=ids_t,
-                attention_mask=attention_mask,
-                position_ids=pos_t,
-                use_cache=True,
-                **{self._arch.cache_keyword: PoolCache(layers)},
-            )
+            out = self._run_base(ids_t, attention_mask, pos_t, layers)
         if state is not None and (state.consumed != pool.n_layers or state.missed):
             self._share_prefix = False  # some layer bypasses the attention interface: rerun per row
             return self._run_groups(groups, bases)
         self.stats.shared_prefix_tokens += B * S
-        hidden = out.last_hidden_state  # (B, T, D_model)
-        h_new = hidden.reshape(B * T, -1).index_select(0, src_t.to(hidden.device))  # (n, D_model)
-        for node, h in zip((node for g in groups for node in g), h_new):
-            node.hidden = h
+        keep_hidden(out.last_hidden_state, src_t, (node for g in groups for node in g))
 
     def _run_per_query(self, groups: list[list[TrieNode]], bases: list[TrieNode]) -> None:
         """:meth:`_run_groups` batch-invariantly (:mod:`llamppl.lm.hf.batch_invariant`): the groups
@@ -497,13 +488,7 @@ class CachedCausalLM(HFTokenizerLM):
                 index[d] = (src_t.to(d), dst_t.to(d))
             layers.append(QueryPoolLayer(pool, layer, *index[d], T, state, P))
         with per_query(self._config, state):
-            out = self._base(
-                input_ids=ids_t,
-                attention_mask=attention_mask,
-                position_ids=pos_t,
-                use_cache=True,
-                **{self._arch.cache_keyword: PoolCache(layers)},
-            )
+            out = self._run_base(ids_t, attention_mask, pos_t, layers)
         if state.consumed != pool.n_layers or state.missed:
             warnings.warn(
                 f"batch_invariant=True needs every attention layer of {self._arch.name} to "
@@ -512,10 +497,23 @@ class CachedCausalLM(HFTokenizerLM):
             )
             self._batch_invariant = False  # rerun the per-row way (it rewrites the same slots)
             return self._run_groups(groups, bases)
-        hidden = out.last_hidden_state  # (B, T, D_model)
-        h_new = hidden.reshape(B * T, -1).index_select(0, src_t.to(hidden.device))  # (n, D_model)
-        for node, h in zip(nodes, h_new):
-            node.hidden = h
+        keep_hidden(out.last_hidden_state, src_t, nodes)
+
+    def _run_base(
+        self,
+        ids_t: torch.Tensor,
+        attention_mask: Any,
+        pos_t: torch.Tensor,
+        layers: list,
+    ) -> Any:
+        """The base model's forward over the rows, its K/V read and written through ``layers``."""
+        return self._base(
+            input_ids=ids_t,
+            attention_mask=attention_mask,
+            position_ids=pos_t,
+            use_cache=True,
+            **{self._arch.cache_keyword: PoolCache(layers)},
+        )
 
     def _upload(self, *parts: list[int]) -> list[torch.Tensor]:
         """Send integer lists to the device in one host-to-device copy; views of it, one per list."""
@@ -523,3 +521,12 @@ class CachedCausalLM(HFTokenizerLM):
         self.stats.uploads += 1
         data = torch.tensor(flat, dtype=torch.long).to(self._device, non_blocking=True)
         return list(torch.split(data, [len(part) for part in parts]))
+
+
+def keep_hidden(hidden: torch.Tensor, src_t: torch.Tensor, nodes: Iterable[TrieNode]) -> None:
+    """Keep each new node's final hidden state on it: row ``src_t[k]`` of ``hidden``
+    ``(B, T, D)`` flattened is node ``k``'s (what :meth:`CachedCausalLM.next_token_hidden`
+    reads and the LM head turns into log-probs)."""
+    flat = hidden.reshape(-1, hidden.shape[-1]).index_select(0, src_t.to(hidden.device))
+    for node, h in zip(nodes, flat):
+        node.hidden = h

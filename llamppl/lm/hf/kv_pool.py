@@ -161,13 +161,16 @@ class PoolLayer(DynamicLayer):
         """Keys already cached before this forward's tokens (the ``P`` prefix columns)."""
         return self.prefix
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        b, h, t, d = key_states.shape  # (B, H_kv, T, D)
-        k_new = (
-            key_states.transpose(0, 1).reshape(h, b * t, d).index_select(1, self.src)
-        )  # (H_kv, n, D)
+    def write_new(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Write the real new tokens' K/V ``(B, H_kv, T, D)`` (not padding) into their slots."""
+        b, h, t, d = key_states.shape
+        k_new = key_states.transpose(0, 1).reshape(h, b * t, d).index_select(1, self.src)
         v_new = value_states.transpose(0, 1).reshape(h, b * t, -1).index_select(1, self.src)
-        self.pool.write(self.layer, self.dst, k_new, v_new)
+        self.pool.write(self.layer, self.dst, k_new, v_new)  # (H_kv, n, D) into their slots
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        b, h = key_states.shape[:2]  # (B, H_kv, T, D)
+        self.write_new(key_states, value_states)
         k, v = self.pool.read(self.layer, self.read)  # (H_kv, B * (P + T), D)
         self.keys = k.view(h, b, self.width, -1).transpose(0, 1)  # (B, H_kv, P + T, D_k)
         self.values = v.view(h, b, self.width, -1).transpose(0, 1)  # (B, H_kv, P + T, D_v)
