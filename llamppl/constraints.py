@@ -42,13 +42,17 @@ any of them, exactly, with SMC. Compose them with ``&``::
   constraint's counts and targets).
 - **JSON** — :class:`JSONBudget`, the size budget of a JSON Schema grammar (``budget=`` of
   ``Grammar.from_json_schema``, ``GrammarConstraint`` and ``generate_json``).
+- **Databases** — :func:`sql` (:class:`SQL`): a query in SQLite's language over a
+  database's own tables and columns (a grammar, compiled once per schema) that runs on it,
+  read-only and time-bounded (the costly part, checked lazily); options: the tables allowed,
+  whether an empty result passes, string literals that must occur in their column.
 - **Chemistry** (the ``chem`` extra: ``pip install 'llamppl[chem]'``) — :func:`smiles`: the
   text is a SMILES string (a partial-SMILES prefix check closed under prefixes, and
   partialsmiles' full parse as the complete check), and :func:`open_closures`, the ring bonds and branches a prefix leaves
   open (a guide, not a bound).
 
 The modules behind these names live in :mod:`llamppl.decoding` (by concern:
-``constraints``, ``text``, ``grammar``); this module only gathers them.
+``constraints``, ``text``, ``grammar``, ``sql``); this module only gathers them.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ from llamppl.decoding.constraints import (
 from llamppl.decoding.constraints.canonical import Canonical, canonical
 from llamppl.decoding.grammar import CompileTimeout, Grammar
 from llamppl.decoding.grammar.json_budget import JSONBudget
+from llamppl.decoding.sql import SQL, sql
 from llamppl.decoding.text import (
     Bounds,
     PlainCharacters,
@@ -112,6 +117,9 @@ __all__ = [
     "CompileTimeout",
     "Grammar",
     "JSONBudget",
+    # databases
+    "SQL",
+    "sql",
     # chemistry
     "Smiles",
     "open_closures",

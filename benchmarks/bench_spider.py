@@ -1,0 +1,317 @@
+"""Spider text-to-SQL: SmolLM2-135M answering questions over real databases, with and without SMC.
+
+For ``--per-db K`` questions of each database of ``--data`` (a folder in the format of
+``../shared/data/spider``; a seeded choice per database, :func:`spider_eval.choose`), every
+method answers from the same chat prompt (:class:`llamppl.models.TextToSQL`'s: the built-in
+worked examples over a library database of our own, the database's ``CREATE TABLE`` text, the
+question) and returns one query, ``pred``; the benchmark runs it itself on a read-only
+connection and grades it by execution accuracy (:func:`spider_eval.execution_match`: the gold
+query's rows, as a multiset, in order when the gold query has ``ORDER BY``). Methods:
+
+- ``plain``: one sample from the LM, unconstrained (the query read out of the text: a
+  fenced code block or the text from its first ``SELECT``);
+- ``lcd``: locally constrained decoding with the grammar of ``llamppl.constraints.sql(db)``
+  (its mask alone, one particle, weights ignored);
+- ``lcd-exec``: one particle of the whole constraint of ``smc`` (grammar, clauses that
+  compile, a query that runs, a non-empty result, values that occur), weights ignored;
+- ``smc-grammar``: ``smc_standard`` with ``--particles N`` over the grammar alone, the most
+  probable query of the posterior;
+- ``smc-exec``: SMC over ``sql(db)`` with its default options (the grammar and the run
+  check: clauses that compile, a query that runs), ranked by each query's posterior mass;
+- ``smc`` (recommended): ``llamppl.models.text_to_sql`` as it ships: SMC over
+  ``sql(db, allow_empty=False, values=True)`` (a result that is not empty, string literals
+  that occur in their column), queries ranked by the posterior mass of their result rows
+  (execution consistency);
+- ``smc-sqlrank``: ``smc`` ranked by each query's own mass instead;
+- ``smc-move``: ``smc`` with resample-move (``ResampleMove(k=2)``).
+
+CPU seconds are each question's share of the process's CPU time (questions run
+``--concurrency`` at a time, sharing the LM's forwards; ``benchmarks/_concurrency.py``).
+``--profile`` splits the process's time into forwards, grammar masks, the database's checks
+and the rest (cProfile, by function). Records go to ``--out`` (one JSON line per question and
+method: ``db_id``, ``question``, ``method``, ``pred``, ``runs``, ``correct``, ``cpu_s``, ...);
+``--report FILE`` reprints the table from records::
+
+    .venv/bin/python benchmarks/bench_spider.py --data ../shared/data/spider --per-db 1 \\
+        --methods plain lcd smc --particles 8 --out /tmp/spider.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from _args import nonnegative_int, positive_int
+from _concurrency import add_concurrency_argument, concurrency, solve_all
+from spider_eval import (
+    Question,
+    choose,
+    database_path,
+    execute,
+    execution_match,
+    load_questions,
+)
+
+METHODS = ("plain", "lcd", "lcd-exec", "smc-grammar", "smc-exec", "smc", "smc-sqlrank", "smc-move")
+DEFAULT_METHODS = ("plain", "lcd", "smc-grammar", "smc-exec", "smc")
+MAX_TOKENS = 64
+import os as _os
+EXTRA = eval(_os.environ.get("SPIDER_EXTRA", "{}"))
+
+
+def extract_sql(text: str) -> str:
+    """The query in a free text: a fenced code block's content, else the text from its first
+    ``SELECT`` to its first ``;`` (whitespace trimmed)."""
+    if "```" in text:
+        inner = text.split("```")[1]
+        text = inner[3:] if inner.lower().startswith("sql") else inner
+    start = text.upper().find("SELECT")
+    if start < 0:
+        return text.strip()
+    body = text[start:]
+    end = body.find(";")
+    return (body if end < 0 else body[:end]).strip()
+
+
+async def _particle_run(model: Any, n: int, seed: int, move: int = 0) -> Any:
+    from llamppl.inference import ResampleMove, smc_standard
+
+    rejuvenate = {"move": ResampleMove(k=move)} if move else {}
+    return await smc_standard(model, n, 0.5, seed=seed, progress=False, **rejuvenate)
+
+
+async def answer(lm: Any, method: str, q: Question, data: Path, n: int, *, seed: int) -> dict:
+    """One method's answer to one question: the record without its grade."""
+    from llamppl.constraints import sql
+    from llamppl.models import HardConstraint, TextToSQL, text_to_sql_async
+    from llamppl.models.sql import found_texts, rank_answers
+
+    path = database_path(data, q.db_id)
+    extra: dict[str, Any] = {}
+    if method in ("smc", "smc-sqlrank", "smc-move", "smc-exec"):
+        options: dict[str, Any] = {"max_tokens": MAX_TOKENS, **EXTRA}
+        if method == "smc-exec":
+            options["db"] = sql(path)
+            options["rank"] = "sql"
+        else:
+            options["db"] = path
+            options["rank"] = "sql" if method == "smc-sqlrank" else "rows"
+        if method == "smc-move":
+            from llamppl.inference import ResampleMove
+
+            options["move"] = ResampleMove(k=2)
+        db = options.pop("db")
+        out = await text_to_sql_async(lm, q.question, db, n, seed, **options)
+        pred = out.best.sql if out.best else ""
+        result = out.result
+        extra["answers"] = [
+            {"sql": a.sql, "log_prob": round(a.log_prob, 3), "mass": round(a.mass, 4),
+             "rows_mass": round(a.rows_mass, 4), "weight": round(a.weight, 4)}
+            for a in out.answers[:5]
+        ]
+        extra["sql_runs"] = result.particles[0].constraint.check.runs if result.particles else 0
+        particles = n
+    else:
+        c = sql(path)
+        probe = TextToSQL(lm, q.question, c, max_tokens=MAX_TOKENS)  # the shared prompt
+        prompt = probe.context.tokens
+        if method == "plain":
+            model = HardConstraint(lm, prompt, lambda t: True, "sample", MAX_TOKENS, truncated="keep")
+        elif method == "lcd":
+            model = HardConstraint(lm, prompt, c.grammar, max_tokens=MAX_TOKENS)
+        elif method == "lcd-exec":
+            model = TextToSQL(lm, q.question, path, max_tokens=MAX_TOKENS)
+        else:  # smc-grammar
+            model = HardConstraint(lm, prompt, c.grammar, max_tokens=MAX_TOKENS)
+        particles = n if method == "smc-grammar" else 1
+        result = await _particle_run(model, particles, seed)
+        if method == "plain":
+            p = result.particles[0]
+            pred = extract_sql(p.text)
+            extra["text"] = p.text
+        elif method == "smc-grammar":
+            ranked = rank_answers(c, await found_texts(result), "sql")
+            pred = ranked[0].sql if ranked else ""
+        else:
+            p = result.particles[0]
+            pred = p.text if p.failure is None and p.finished else ""
+    failures: dict[str, int] = {}
+    for p in result.particles:
+        if p.failure is not None:
+            cause = p.failure.split(":")[0]
+            failures[cause] = failures.get(cause, 0) + 1
+    return {
+        "db_id": q.db_id,
+        "question": q.question,
+        "gold": q.query,
+        "method": method,
+        "pred": pred,
+        "n_particles": particles,
+        "seed": seed,
+        "log_ml": result.log_ml if result.log_ml > -math.inf else None,
+        "tokens": sum(len(p.context.generated) for p in result.particles),
+        "failures": failures,
+        **extra,
+    }
+
+
+def grade(record: dict, data: Path) -> dict:
+    """The record with ``runs`` and ``correct`` (the benchmark runs both queries itself)."""
+    path = database_path(data, record["db_id"])
+    gold, gold_error = execute(path, record["gold"])
+    if gold is None:
+        raise RuntimeError(f"the gold query does not run ({gold_error}): {record['gold']}")
+    rows, error = execute(path, record["pred"])
+    record["runs"] = rows is not None
+    record["error"] = error
+    record["correct"] = execution_match(rows, gold, record["gold"])
+    return record
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's 95 % score interval for k successes in n trials."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, mid - half), min(1.0, mid + half))
+
+
+def table(records: list[dict]) -> str:
+    """Per method: questions, answers that run, execution accuracy (95 % interval), CPU s."""
+    lines = [
+        "| method | N | questions | runs | execution accuracy (95 % CI) | CPU s / question (mean, median) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    methods = list(dict.fromkeys(r["method"] for r in records))
+    for m in methods:
+        rs = [r for r in records if r["method"] == m and "error_trace" not in r]
+        if not rs:
+            continue
+        n = len(rs)
+        runs = sum(r["runs"] for r in rs)
+        ok = sum(r["correct"] for r in rs)
+        lo, hi = wilson(ok, n)
+        cpu = [r["cpu_s"] for r in rs]
+        lines.append(
+            f"| {m} | {rs[0]['n_particles']} | {n} | {100 * runs / n:.1f} % | "
+            f"{100 * ok / n:.1f} % ({100 * lo:.1f}–{100 * hi:.1f}) | "
+            f"{statistics.mean(cpu):.2f}, {statistics.median(cpu):.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def profile_split(profiler: Any) -> dict[str, float]:
+    """The profiled process's own time (tottime) by where it went."""
+    import pstats
+
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    out = {"forward": 0.0, "grammar masks": 0.0, "database checks": 0.0, "other": 0.0}
+    for (file, _, name), (_, _, tottime, _, _) in stats.items():
+        where = f"{file}:{name}"
+        if any(s in where for s in ("torch", "transformers", "/lm/hf/", "fast_linear")):
+            out["forward"] += tottime
+        elif any(s in where for s in ("llguidance", "/decoding/grammar/")):
+            out["grammar masks"] += tottime
+        elif any(s in where for s in ("sqlite3", "/decoding/sql/")):
+            out["database checks"] += tottime
+        else:
+            out["other"] += tottime
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[3] / "shared" / "data" / "spider")
+    ap.add_argument("--per-db", type=positive_int, default=None, help="questions per database (default: all)")
+    ap.add_argument("--seed", type=nonnegative_int, default=0)
+    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(DEFAULT_METHODS))
+    ap.add_argument("--particles", type=positive_int, default=8)
+    ap.add_argument("--dbs", nargs="+", default=None, help="only these databases")
+    ap.add_argument("--threads", type=positive_int, default=1)
+    ap.add_argument("--out", type=Path, default=None, help="JSONL records, one per question and method")
+    ap.add_argument("--append", action="store_true", help="add to --out instead of replacing it")
+    ap.add_argument("--report", type=Path, default=None, help="print the table of a record file and stop")
+    ap.add_argument("--profile", action="store_true", help="split the time into forwards, masks, checks")
+    add_concurrency_argument(ap)
+    args = ap.parse_args(argv)
+
+    if args.report is not None:
+        records = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]
+        print(table(records))
+        return 0
+    torch.set_num_threads(args.threads)
+    print(f"torch threads: {torch.get_num_threads()}", flush=True)
+    questions = load_questions(args.data)
+    if args.dbs:
+        questions = [q for q in questions if q.db_id in set(args.dbs)]
+    chosen = choose(questions, args.per_db, args.seed)
+    print(f"{len(chosen)} questions over {len({q.db_id for q in chosen})} databases", flush=True)
+
+    from llamppl import CachedCausalLM
+
+    lm = CachedCausalLM.default()
+    out = None
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        out = args.out.open("a" if args.append else "w")
+    records: list[dict] = []
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+    for method in args.methods:
+        problems = [(answer, (method, q, args.data, args.particles), args.seed) for q in chosen]
+        n = args.particles if method.startswith("smc") else 1
+        k = concurrency(args.concurrency, n, len(problems))
+        start = time.process_time()
+
+        def done(i: int, record: dict, method: str = method) -> None:
+            if "error" in record and "pred" not in record:  # the method raised
+                q = chosen[i]
+                record = {"db_id": q.db_id, "question": q.question, "gold": q.query,
+                          "method": method, "pred": "", "n_particles": n,
+                          "error_trace": record["error"], "runs": False, "correct": False}
+                print(record["error_trace"], file=sys.stderr)
+            else:
+                record = grade(record, args.data)
+            record["cpu_s"] = record.pop("cpu_seconds", None)
+            record["wall_s"] = record.pop("wall_seconds", None)
+            records.append(record)
+            mark = "OK" if record["correct"] else ("ru" if record["runs"] else "--")
+            print(f"{mark} {method} {record['db_id']} | {record['question']} | {record['pred']!r}", flush=True)
+            if out is not None:
+                out.write(json.dumps(record, default=str) + "\n")
+                out.flush()
+
+        if profiler is not None:
+            profiler.enable()
+        solve_all(lm, problems, k, done)
+        if profiler is not None:
+            profiler.disable()
+        print(f"{method}: {time.process_time() - start:.1f} CPU s for {len(problems)} questions (concurrency {k})", flush=True)
+    if out is not None:
+        out.close()
+    print(table(records))
+    if profiler is not None:
+        split = profile_split(profiler)
+        total = sum(split.values())
+        print("time (cProfile tottime): " + ", ".join(f"{k} {v:.1f} s ({100 * v / total:.0f} %)" for k, v in split.items()))
+    for m in args.methods:
+        rs = [r for r in records if r["method"] == m]
+        if rs:
+            print(f"spider {m}: runs {sum(r['runs'] for r in rs)}/{len(rs)}, correct {sum(r['correct'] for r in rs)}/{len(rs)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
