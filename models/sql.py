@@ -58,29 +58,46 @@ RANKS = ("rows", "sql")
 DEFAULT_MAX_TOKENS = 64
 
 
-def _constraint(db: Any, options: dict, question: str) -> SQL:
-    tables = options.get("tables")
+def program_constraint(
+    db: Any,
+    question: str,
+    *,
+    tables: Sequence[str] | str | None = "linked",
+    allow_empty: bool | None = None,
+    values: bool | None = None,
+    literals: str | None = "question",
+) -> SQL:
+    """The constraint of :class:`TextToSQL`: ``sql(db, allow_empty=False, values=True)`` (or the
+    given ``db`` constraint with its own options), over the linked tables
+    (``tables="linked"``: :func:`~llamppl.models.sql_linking.link_tables`; a list: those; None:
+    all), with the literals taken from the question (``literals="question"``; a text: from it;
+    None: any)."""
     if isinstance(db, SQL):
-        given = {k: v for k, v in options.items() if v is not None}
-        if tables == "linked":
-            return db.restrict(link_tables(db.schema, question))
-        if given:
+        if allow_empty is not None or values is not None:
             raise ValueError(
-                f"db is already a sql() constraint: give its options to sql(), not here "
-                f"(got {sorted(given)})"
+                "db is already a sql() constraint: give allow_empty and values to sql(), not here"
             )
-        return db
-    if not isinstance(db, (str, os.PathLike, sqlite3.Connection)):
+        base = db
+    elif isinstance(db, (str, os.PathLike, sqlite3.Connection)):
+        base = sql(
+            db,
+            allow_empty=False if allow_empty is None else allow_empty,
+            values=True if values is None else values,
+        )
+    else:
         raise TypeError(
             "db must be a path to a SQLite file, a sqlite3.Connection or a sql() constraint, "
             f"got {type(db).__name__}"
         )
-    defaults = {"allow_empty": False, "values": True}
-    options = {k: (defaults.get(k) if v is None else v) for k, v in options.items()}
     if tables == "linked":
-        options["tables"] = None
-        return _constraint(sql(db, **options), {"tables": "linked"}, question)
-    return sql(db, **options)
+        tables = link_tables(base.schema, question)
+    elif isinstance(tables, str):
+        raise ValueError(f'tables must be "linked", a sequence of table names or None, got {tables!r}')
+    if literals == "question":
+        literals = question
+    if tables is None and literals is None:
+        return base
+    return base.narrowed(tables, literals)
 
 
 class TextToSQL(HardConstraint):
@@ -127,13 +144,15 @@ class TextToSQL(HardConstraint):
         tables: Sequence[str] | str | None = "linked",
         allow_empty: bool | None = None,
         values: bool | None = None,
+        literals: str | None = "question",
         system: str = SYSTEM_MESSAGE,
         max_tokens: int | None = DEFAULT_MAX_TOKENS,
         temperature: float = 1.0,
         **options: Any,
     ) -> None:
-        options_sql = {"tables": tables, "allow_empty": allow_empty, "values": values}
-        constraint = _constraint(db, options_sql, question)
+        constraint = program_constraint(
+            db, question, tables=tables, allow_empty=allow_empty, values=values, literals=literals
+        )
         messages = sql_messages(constraint.schema_text(), question, examples, system)
         prompt = list(lm.apply_chat_template(messages))
         if temperature != 1.0:

@@ -29,7 +29,9 @@ extension, so the lazy draw may list the allowed tokens on the vocabulary's trie
 3. *a final ``;``:* only whitespace may follow it, so the text before it must pass the
    complete check;
 4. *values* (``values=True``): every string literal compared to a column occurs in it, and
-   one still being written begins like one of the column's values.
+   one still being written begins like one of the column's values;
+5. *literals from the question* (``literals=text``): every literal comes from the text
+   (:mod:`~llamppl.decoding.sql.literals`).
 
 Answers are kept per text (and per compiled clause), so particles cloned at resampling do
 not ask again; ``runs`` counts the statements sent to SQLite::
@@ -46,7 +48,8 @@ from llamppl.decoding.sql.execute import Executor, Run
 from llamppl.decoding.sql.grammar import grammar_words
 from llamppl.decoding.sql.scope import Names, scope_error
 from llamppl.decoding.sql.lexer import CLAUSE_KEYWORDS, OPERAND_KEYWORDS, Token, is_keyword, tokens
-from llamppl.decoding.sql.values import Values, literal_comparisons
+from llamppl.decoding.sql.literals import Mentioned, literal_error
+from llamppl.decoding.sql.values import Values, is_string_literal, literal_comparisons
 from llamppl.lm.memo import LRU
 
 __all__ = ["QueryCheck", "clause_cuts", "query_text"]
@@ -93,16 +96,28 @@ class QueryCheck(Constraint):
         Whether a result without a row (or with only NULL values) passes.
     values : bool
         Whether string literals compared to a column must occur in it.
+    literals : str | None
+        A text (the question) the query's literals must be taken from
+        (:mod:`~llamppl.decoding.sql.literals`); None: any literal.
     """
 
     prefix_closed = True
 
     def __init__(
-        self, executor: Executor, schema: Schema, *, allow_empty: bool = True, values: bool = False
+        self,
+        executor: Executor,
+        schema: Schema,
+        *,
+        allow_empty: bool = True,
+        values: bool = False,
+        literals: str | None = None,
     ) -> None:
         self.executor, self.schema = executor, schema
         self.allow_empty, self.values = bool(allow_empty), bool(values)
-        self.value_index = Values(schema, executor) if values else None
+        self.literals = literals
+        self.mentioned = None if literals is None else Mentioned.of(literals)
+        stated = None if self.mentioned is None else self.mentioned.text
+        self.value_index = Values(schema, executor, stated) if values else None
         self.names = Names.of(schema, grammar_words())
         self.known = self.names.known
         self._prefix: LRU = LRU(_MEMO)
@@ -141,11 +156,19 @@ class QueryCheck(Constraint):
             return f"the query does not run: {run.error}"
         if not self.allow_empty and not any(v is not None for row in run.rows for v in row):
             return "the query's result is empty"
+        toks = tokens(query_text(text))
+        if self.mentioned is not None:
+            error = literal_error(toks, self.mentioned, self._strings(toks))
+            if error is not None:
+                return error
         if self.value_index is not None:
-            for c in literal_comparisons(tokens(query_text(text)), self.schema):
+            for c in literal_comparisons(toks, self.schema):
                 if not self.value_index.ok(c):
                     return f"no value {c.literal!r} in column {c.column}"
         return None
+
+    def _strings(self, toks: list[Token]) -> list[int]:
+        return [i for i, t in enumerate(toks) if is_string_literal(t, self.schema)]
 
     # ------------------------------------------------------------ the text constraint
     def accepts_end(self, text: str) -> bool:
@@ -171,6 +194,8 @@ class QueryCheck(Constraint):
             return self.accepts_end(text)
         if scope_error(toks, self.names, self.known) is not None:
             return False
+        if self.mentioned is not None and literal_error(toks, self.mentioned, self._strings(toks)):
+            return False
         for cut in clause_cuts(toks):
             if self.compile_error(text[:cut]) is not None:
                 return False
@@ -179,4 +204,5 @@ class QueryCheck(Constraint):
         return True
 
     def __repr__(self) -> str:
-        return f"QueryCheck(allow_empty={self.allow_empty}, values={self.values})"
+        literals = "" if self.literals is None else f", literals={self.literals!r}"
+        return f"QueryCheck(allow_empty={self.allow_empty}, values={self.values}{literals})"

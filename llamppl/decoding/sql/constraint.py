@@ -100,16 +100,28 @@ class SQL(AllOf):
         """Run a complete query (a final ``;`` allowed) and return its rows or error."""
         return self.check.run(text)
 
-    def restrict(self, tables: Sequence[str]) -> SQL:
-        """The same constraint over ``tables`` only (names, case ignored): the grammar names
-        and the authorizer reads no other table. Shares this constraint's connection."""
-        if isinstance(tables, str) or not all(isinstance(t, str) for t in tables) or not tables:
-            raise TypeError("tables must be a non-empty sequence of table names (str)")
-        schema = self.schema.restrict(tuple(tables))
-        old = self.check.executor
-        executor = Executor(self.database, old.timeout, old.max_rows, [t.name for t in schema.tables])
+    def narrowed(self, tables: Sequence[str] | None = None, literals: str | None = None) -> SQL:
+        """This constraint over ``tables`` only (names, case ignored; None: the same tables)
+        and, when ``literals`` is given, with literals taken from that text; the other options
+        unchanged. Shares this constraint's connection (not its answers)."""
+        if tables is not None and (
+            isinstance(tables, str) or not tables or not all(isinstance(t, str) for t in tables)
+        ):
+            raise TypeError("tables must be a non-empty sequence of table names (str) or None")
+        schema = self.schema if tables is None else self.schema.restrict(tuple(tables))
+        old = self.check
+        executor = Executor(
+            self.database,
+            old.executor.timeout,
+            old.executor.max_rows,
+            [t.name for t in schema.tables],
+        )
         check = QueryCheck(
-            executor, schema, allow_empty=self.check.allow_empty, values=self.check.values
+            executor,
+            schema,
+            allow_empty=old.allow_empty,
+            values=old.values,
+            literals=old.literals if literals is None else literals,
         )
         return SQL(self.database, schema, check, self.multiline)
 
@@ -121,7 +133,8 @@ class SQL(AllOf):
         where = self.database.path or "an in-memory database"
         return (
             f"sql({str(where)!r}, tables={len(self.schema.tables)}, "
-            f"allow_empty={self.check.allow_empty}, values={self.check.values})"
+            f"allow_empty={self.check.allow_empty}, values={self.check.values}, "
+            f"literals={self.check.literals!r})"
         )
 
 
@@ -131,6 +144,7 @@ def sql(
     tables: Sequence[str] | None = None,
     allow_empty: bool = True,
     values: bool = False,
+    literals: str | None = None,
     multiline: bool = False,
     max_rows: int = DEFAULT_MAX_ROWS,
     timeout: float | None = None,
@@ -150,6 +164,10 @@ def sql(
     values : bool
         Whether a string literal compared to a column (``=``, ``!=``, ``<>``, ``LIKE``,
         ``IN``) must occur in it (a literal still being written: begin like a value).
+    literals : str | None
+        A text (the question asked) the query's literals must come from: every string
+        literal occurs in it (case ignored), every number but a ``LIMIT``'s is one it states
+        (:mod:`~llamppl.decoding.sql.literals`); None (the default): any literal.
     multiline : bool
         Whether whitespace between tokens may hold newlines and tabs; False (the default):
         spaces only, the query on one line (a small LM that writes a newline is often about to
@@ -176,5 +194,5 @@ def sql(
     schema = database.schema.restrict(None if tables is None else tuple(tables))
     names = None if tables is None else [t.name for t in schema.tables]
     executor = Executor(database, timeout=timeout, max_rows=max_rows, tables=names)
-    check = QueryCheck(executor, schema, allow_empty=allow_empty, values=values)
+    check = QueryCheck(executor, schema, allow_empty=allow_empty, values=values, literals=literals)
     return SQL(database, schema, check, multiline)

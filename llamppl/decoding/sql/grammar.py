@@ -79,21 +79,22 @@ where_clause: "where"i _SP expr
 group_by: "group"i _SP "by"i _SP expr (_SP? "," _SP? expr){0,4} (_SP "having"i _SP expr)?
 order_by: "order"i _SP "by"i _SP ordering (_SP? "," _SP? ordering){0,4}
 ordering: expr (_SP ("asc"i | "desc"i))?
-limit: "limit"i _SP expr ((_SP "offset"i _SP | _SP? "," _SP?) expr)?
+limit: "limit"i _SP INTEGER ((_SP "offset"i _SP | _SP? "," _SP?) INTEGER)?
 
-expr: conjunction (_SP "or"i _SP conjunction)*
-conjunction: negation (_SP "and"i _SP negation)*
+expr: conjunction (_SP "or"i _SP conjunction){0,3}
+conjunction: negation (_SP "and"i _SP negation){0,3}
 negation: "not"i _SP negation | predicate
 predicate: sum
     | sum _SP? comparison _SP? sum
     | sum _SP "is"i (_SP "not"i)? _SP sum
     | sum (_SP "not"i)? _SP ("like"i | "glob"i) _SP sum
     | sum (_SP "not"i)? _SP "between"i _SP sum _SP "and"i _SP sum
-    | sum (_SP "not"i)? _SP "in"i _SP? "(" _SP? (query | expr (_SP? "," _SP? expr)*)? _SP? ")"
+    | sum (_SP "not"i)? _SP "in"i _SP? "(" _SP? (query | expr (_SP? "," _SP? expr){0,19})? _SP? ")"
     | sum _SP ("isnull"i | "notnull"i | "not"i _SP "null"i)
 comparison: "=" | "==" | "!=" | "<>" | "<" | "<=" | ">" | ">="
-sum: product (_SP? ("+" | "-" | "||") _SP? product)*
-product: unary (_SP? ("*" | "/" | "%") _SP? unary)*
+sum: product (_SP? ("+" | "||") _SP? product | _SP? "-" (_SP product | product_unsigned)){0,3}
+product: unary (_SP? ("*" | "/" | "%") _SP? unary){0,3}
+product_unsigned: primary (_SP? ("*" | "/" | "%") _SP? unary){0,3}
 unary: ("-" | "+") _SP? primary | primary
 primary: literal
     | column_ref
@@ -113,6 +114,7 @@ function: "count"i _SP? "(" _SP? "*" _SP? ")"
 literal: NUMBER | STRING | DQ_STRING | "null"i | "true"i | "false"i
     | "current_date"i | "current_time"i | "current_timestamp"i
 
+INTEGER: /[0-9]{1,9}/
 NUMBER: /[0-9]{1,12}(\.[0-9]{0,8})?([eE][+-]?[0-9]{1,3})?/ | /\.[0-9]{1,8}([eE][+-]?[0-9]{1,3})?/
 STRING: /'([^'\n]|''){0,100}'/
 DQ_STRING: /"([^"\n]|""){0,100}"/

@@ -31,7 +31,7 @@ from llamppl.decoding.sql.database import Schema, Table, quote_identifier
 from llamppl.decoding.sql.execute import Executor
 from llamppl.decoding.sql.lexer import Token, is_keyword
 
-__all__ = ["Comparison", "Values", "literal_comparisons"]
+__all__ = ["Comparison", "Values", "is_string_literal", "literal_comparisons"]
 
 _EQUAL = {"=", "==", "!=", "<>"}
 
@@ -49,7 +49,7 @@ class Comparison:
     closed: bool
 
 
-def _is_string(tok: Token, schema: Schema) -> bool:
+def is_string_literal(tok: Token, schema: Schema) -> bool:
     """Whether ``tok`` is a string literal as SQLite reads it (module docstring)."""
     if tok.kind == "string":
         return True
@@ -111,7 +111,7 @@ def literal_comparisons(toks: list[Token], schema: Schema) -> list[Comparison]:
     """Every string literal among ``toks`` compared to a column on its left (module docstring)."""
     out: list[Comparison] = []
     for i, tok in enumerate(toks):
-        if not _is_string(tok, schema) or i < 2:
+        if not is_string_literal(tok, schema) or i < 2:
             continue
         op, like = toks[i - 1], False
         if op.text in _EQUAL:
@@ -122,7 +122,7 @@ def literal_comparisons(toks: list[Token], schema: Schema) -> list[Comparison]:
                 at -= 1
         elif op.text in ("(", ","):  # an IN list: walk back to IN over strings and commas
             j = i - 1
-            while j >= 1 and toks[j].text == "," and _is_string(toks[j - 1], schema):
+            while j >= 1 and toks[j].text == "," and is_string_literal(toks[j - 1], schema):
                 j -= 2
             if toks[j].text != "(" or j < 2 or toks[j - 1].upper != "IN":
                 continue
@@ -141,12 +141,17 @@ def literal_comparisons(toks: list[Token], schema: Schema) -> list[Comparison]:
 
 class Values:
     """Answers whether a :class:`Comparison`'s literal can occur (module docstring), with the
-    answers and each column's distinct text values kept."""
+    answers and each column's distinct text values kept. With ``mentioned`` (the lower-cased
+    question, when the query's literals must come from it: :mod:`~llamppl.decoding.sql.literals`)
+    a literal still being written must begin like a value of the column that the question
+    states, so ``country = '`` is refused at once when the question names no country of the
+    data."""
 
-    def __init__(self, schema: Schema, executor: Executor) -> None:
-        self.schema, self.executor = schema, executor
+    def __init__(self, schema: Schema, executor: Executor, mentioned: str | None = None) -> None:
+        self.schema, self.executor, self.mentioned = schema, executor, mentioned
         self._answers: dict[tuple, bool] = {}
         self._texts: dict[tuple[str, str], list[str] | None] = {}
+        self._stated: dict[tuple[str, str], list[str] | None] = {}
 
     def ok(self, c: Comparison) -> bool:
         """Whether some candidate table's column can hold the literal."""
@@ -167,11 +172,23 @@ class Values:
             return self._exists(table, column.name, op, pattern)
         if column.affinity not in ("TEXT", "BLOB"):
             return True  # a numeric column: checked once the literal closes
+        if self.mentioned is not None:
+            stated = self._stated_values(table, column.name)
+            return stated is None or any(v.startswith(c.literal) for v in stated)
         values = self._text_values(table, column.name)
         if values is None:
             return True
         i = bisect.bisect_left(values, c.literal)
         return i < len(values) and values[i].startswith(c.literal)
+
+    def _stated_values(self, table: Table, column: str) -> list[str] | None:
+        """The column's text values that the question states (case ignored)."""
+        key = (table.name, column)
+        if key not in self._stated:
+            values = self._text_values(table, column)
+            text = self.mentioned or ""
+            self._stated[key] = None if values is None else [v for v in values if v.lower() in text]
+        return self._stated[key]
 
     def _exists(self, table: Table, column: str, op: str, literal: str) -> bool:
         sql = (
