@@ -1,0 +1,100 @@
+"""Judging a text with a grammar and no LM: the byte-level walk behind ``Grammar.accepts_prefix``.
+
+A grammar's verdicts on a text are those of its token-level walk (``start`` / ``allows`` /
+``advance`` / ``ends`` with an LM), which do not depend on the LM: llguidance decides a
+token by its bytes. So :func:`walk_text` walks the text's UTF-8 bytes through a matcher of
+the grammar over a *byte vocabulary* (256 one-byte tokens and an end token, built once):
+
+- the text is a prefix of the grammar's language iff every byte is consumed;
+- it is a sentence of the language iff, besides, the matcher then accepts.
+
+Each walk gets a fresh matcher (:func:`~llamppl.decoding.grammar.matcher.new_matcher`,
+built on a large native stack as every grammar build is), with its own lexer and lexer
+budget: a verdict never depends on the texts judged before it, and a rebuilt grammar judges
+like the first. A walk the engine cannot finish (a resource limit, not a refusal) raises
+:class:`~llamppl.decoding.constraints.protocol.ConstraintFailure` naming the engine's
+error, as the token-level walk does (the particle's failure), instead of answering False::
+
+    from llamppl.decoding.grammar.strings import walk_text
+    walk = walk_text(Grammar.from_regex("(ab|b)+c").spec, "abb")
+    walk.prefix, walk.sentence      # (True, False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from llamppl.decoding.constraints.protocol import ConstraintFailure
+from llamppl.decoding.grammar.matcher import engine_failure, new_matcher, require_llguidance
+from llamppl.decoding.grammar.native_stack import on_native_stack
+
+__all__ = ["Walk", "byte_tokenizer", "walk_text"]
+
+_END = 256  # the byte vocabulary's end token
+
+
+class _Bytes:
+    """The tokenizer protocol of llguidance's ``TokenizerWrapper``: token ``b`` is the byte
+    ``b`` (0-255), token 256 the end token."""
+
+    eos_token_id = _END
+    bos_token_id = None
+    special_token_ids = [_END]
+    tokens = [bytes([b]) for b in range(256)] + [b""]
+
+    def __call__(self, text: bytes | str) -> list[int]:
+        return list(text.encode() if isinstance(text, str) else bytes(text))
+
+
+@lru_cache(maxsize=1)
+def byte_tokenizer():
+    """The llguidance tokenizer of the byte vocabulary (built once)."""
+    llg = require_llguidance()
+    return llg.LLTokenizer(llg.TokenizerWrapper(_Bytes()), slices=[])
+
+
+@dataclass(frozen=True)
+class Walk:
+    """Where a text's bytes went through a grammar.
+
+    Attributes
+    ----------
+    consumed, total : int
+        Bytes the grammar took, of the text's ``total`` UTF-8 bytes.
+    accepting : bool
+        Whether the matcher accepted after taking every byte.
+    """
+
+    consumed: int
+    total: int
+    accepting: bool
+
+    @property
+    def prefix(self) -> bool:
+        """Whether the text is a prefix of a sentence of the grammar."""
+        return self.consumed == self.total
+
+    @property
+    def sentence(self) -> bool:
+        """Whether the text is a sentence of the grammar."""
+        return self.prefix and self.accepting
+
+
+def walk_text(spec: str, text: str) -> Walk:
+    """The walk of ``text``'s UTF-8 bytes through a fresh matcher of the grammar ``spec``.
+
+    Raises :class:`~llamppl.decoding.constraints.protocol.ConstraintFailure` when the engine
+    fails on the text (a resource limit); ``TypeError`` for a ``text`` that is not a str.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    data = list(text.encode("utf-8", "surrogatepass"))  # a lone surrogate: bytes no grammar takes
+    matcher = on_native_stack(lambda: new_matcher(byte_tokenizer(), spec))
+    consumed = matcher.try_consume_tokens(data) if data else 0
+    if consumed < len(data):
+        matcher.consume_token(data[consumed])  # refused: the engine says why
+    failure = engine_failure(matcher)
+    if failure is not None:
+        raise ConstraintFailure(f"grammar engine: {failure.splitlines()[0]}")
+    return Walk(consumed, len(data), consumed == len(data) and matcher.is_accepting())
