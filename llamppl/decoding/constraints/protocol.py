@@ -359,12 +359,12 @@ class PredicateConstraint(Constraint):
     instead of one per token. A false declaration changes the target.
 
     String verdicts: ``accepts_prefix(text)`` is ``fn(text)`` and ``accepts_end(text)`` the
-    complete check. A token-level walk asks ``fn`` at every token boundary, so when ``fn`` is
-    closed under prefixes the two agree on every spelling of the text. When it is not
-    declared so, ``fn(text)`` is the verdict of the walk's last step only: a walk that wrote
-    ``text`` in tokens passed ``fn`` on the texts at the earlier boundaries too, which this
-    verdict does not ask (it is the walk's verdict for the spellings that passed them), and
-    ``accepts_end(text)`` likewise assumes the walk reached ``text``.
+    complete check (with ``fn(text)`` for a non-empty text). A token-level walk asks ``fn``
+    at every token boundary, so when ``fn`` is closed under prefixes the verdicts are the
+    walk's on every spelling of the text. When it is not declared so, ``fn(text)`` is the
+    verdict of the walk's last step only: a walk that wrote ``text`` in tokens also passed
+    ``fn`` on the texts at the earlier boundaries, which this verdict does not ask; it is
+    the walk's verdict for the spellings whose earlier boundaries ``fn`` accepts.
     """
 
     def __init__(
@@ -392,9 +392,16 @@ class PredicateConstraint(Constraint):
 
     def accepts_end(self, text: str) -> bool:
         """The complete check: ``complete(text)`` when one was given, else ``fn(text)`` (the
-        prefix check alone: a text is accepted when it may still be completed)."""
+        prefix check alone: a text is accepted when it may still be completed).
+
+        With ``complete``, a non-empty text must also pass ``fn``, as every text a walk
+        reaches has (asked through the memo of :meth:`~Constraint.checked`, which the walk
+        filled at the text's last token: no second call there).
+        """
         if self.complete is None:
             return self(text)
+        if text and not self.checked(False, text):
+            return False
         self.calls += 1
         return bool(self.complete(text))
 
