@@ -35,8 +35,13 @@ object (or a number) rarely closes it and every particle then dies at the token 
 (``docs/programs/structured.md`` argues the choice). A field set to ``None`` /
 ``closed_objects=False`` turns that part off.
 
-Only such refusals raise ``ValueError``, quoting llguidance. Compiled grammars are cached per schema and options
-(:func:`json_grammar`).
+Only such refusals raise ``ValueError``, quoting llguidance. Compiled grammars are cached per
+schema and options (:func:`json_grammar`; :func:`clear_cache` forgets them).
+
+Beside the budget, the schema given to llguidance reads ``$ref`` as the schema's draft does,
+spells numbers in any JSON form under ``max_decimals=None`` and takes keys in the order
+``key_order`` says (:mod:`~llamppl.decoding.grammar.json_forms`); llguidance lets a string
+spell any character as ``\\uXXXX``.
 
 The whole compile (every tier; not the reading and hashing of the schema for the cache)
 is bounded in time (``compile_timeout``, default :data:`DEFAULT_COMPILE_TIMEOUT` seconds):
@@ -91,6 +96,7 @@ __all__ = [
     "DEFAULT_COMPILE_TIMEOUT",
     "require_llguidance",
     "json_grammar",
+    "clear_cache",
     "JSONBudget",
     "cap_sizes",
     "WHITESPACE",
@@ -224,6 +230,11 @@ def json_grammar(
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return grammar
+
+
+def clear_cache() -> None:
+    """Forget every compiled JSON Schema grammar (the next :func:`json_grammar` compiles again)."""
+    _CACHE.clear()
 
 
 def _within(seconds: float | None, build: Callable[[threading.Event], Grammar]) -> Grammar | None:

@@ -9,7 +9,11 @@ the target stays the LM conditioned on validity (and on the budget):
 - **the draft's reading** (:func:`ref_alone`) — in drafts 3 to 7 a ``$ref`` hides its
   sibling keywords (the validator of the schema's ``$schema`` ignores them); llguidance
   intersects them. So in those drafts the siblings are dropped, and grammar and check read
-  the schema alike (``definitions`` / ``$defs`` stay: references resolve into them);
+  the schema alike (``definitions`` / ``$defs`` stay: references resolve into them). And
+  ``additionalProperties`` covers the keys its node's ``patternProperties`` do not, wherever
+  they stand; llguidance reads a node's keywords in order and tells ``additionalProperties``
+  the node's ``properties`` only, so a ``patternProperties`` written after it and after an
+  applicator is moved before it (:func:`patterns_first`; the order of the keys is kept);
 - **any spelling of a number** (:func:`open_numbers`, when ``max_decimals=None``) —
   llguidance writes a number under ``minimum`` / ``maximum`` / ``multipleOf``, or one of an
   ``enum`` / ``const``, in one plain form (``2`` for ``enum: [2.0]``, no exponent: ``1e-06``
@@ -48,6 +52,7 @@ __all__ = [
     "exact_name",
     "grammar_schema",
     "open_numbers",
+    "patterns_first",
     "ref_alone",
     "without_min_properties",
 ]
@@ -81,7 +86,7 @@ def grammar_schema(
     ``key_order`` is ``"any"``. ``draft`` names the validator class of the schema (None:
     the one ``jsonschema`` picks)."""
     draft = draft if draft is not None else _draft_of(schema if isinstance(schema, dict) else {})
-    out = budget.apply(ref_alone(schema, draft), closed=closed)
+    out = budget.apply(patterns_first(ref_alone(schema, draft)), closed=closed)
     if budget.max_decimals is None:
         out = open_numbers(out, draft)
     if budget.key_order == "any":
@@ -122,6 +127,24 @@ def ref_alone(schema: Any, draft: str) -> Any:
         return node
 
     return _rewrite(schema, visit, draft)
+
+
+def patterns_first(schema: Any) -> Any:
+    """``schema`` with each node's ``patternProperties`` moved before its
+    ``additionalProperties`` when an applicator stands between them (module docstring)."""
+
+    def visit(node: dict, draft: str) -> dict:
+        keys = list(node)
+        if "patternProperties" not in node or "additionalProperties" not in node:
+            return node
+        extra, patterns = keys.index("additionalProperties"), keys.index("patternProperties")
+        if patterns < extra or not any(k in _APPLICATORS for k in keys[extra:patterns]):
+            return node
+        keys.remove("patternProperties")
+        keys.insert(extra, "patternProperties")
+        return {k: node[k] for k in keys}
+
+    return _rewrite(schema, visit, "")
 
 
 def _is_number(value: Any) -> bool:

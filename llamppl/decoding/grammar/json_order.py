@@ -40,7 +40,6 @@ With ``key_order="any"`` the grammar takes the keys in any order and no ordering
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from llamppl.decoding.grammar.json_relax import _resolve
@@ -59,12 +58,12 @@ def order_keys(schema: Any, value: Any, draft: str | None = None) -> Any:
     none). Unresolvable references are read as ``{}``.
     """
     root = schema if isinstance(schema, dict) else {}
-    return _Order(root, _validity(root, draft)).value([schema], value, 0)
+    return _Order(root, _validator(root, draft)).value([schema], value, 0)
 
 
-def _validity(root: dict, draft: str | None) -> Callable[[Any, Any], bool]:
-    """``valid(node, value)``: whether ``value`` validates against the subschema ``node`` of
-    ``root`` (references resolved in ``root``); False when the validator cannot say."""
+def _validator(root: dict, draft: str | None) -> Any:
+    """The ``jsonschema`` validator of ``root`` (its own draft unless ``draft`` names one),
+    or None when the schema is unusable."""
     import jsonschema
     from jsonschema.validators import validator_for
 
@@ -73,24 +72,35 @@ def _validity(root: dict, draft: str | None) -> Callable[[Any, Any], bool]:
     else:
         cls = getattr(jsonschema, draft, jsonschema.Draft202012Validator)
     try:
-        whole = cls(root)
+        return cls(root)
     except Exception:  # noqa: BLE001 - an unusable schema: no branch validates
-        return lambda node, value: False
-
-    def valid(node: Any, value: Any) -> bool:
-        try:
-            return bool(whole.evolve(schema=node).is_valid(value))
-        except Exception:  # noqa: BLE001 - a malformed branch does not validate
-            return False
-
-    return valid
+        return None
 
 
 class _Order:
     """The ordering walk over one schema (the module docstring's rule)."""
 
-    def __init__(self, root: dict, valid: Callable[[Any, Any], bool]) -> None:
-        self.root, self.valid = root, valid
+    def __init__(self, root: dict, whole: Any) -> None:
+        self.root, self.whole = root, whole
+
+    def valid(self, node: Any, value: Any) -> bool:
+        """Whether ``value`` validates against the subschema ``node`` (references resolved
+        in the root); False when the validator cannot say."""
+        try:
+            return bool(self.whole.evolve(schema=node).is_valid(value))
+        except Exception:  # noqa: BLE001 - no validator, or a malformed branch
+            return False
+
+    def target(self, ref: str) -> Any:
+        """What ``ref`` names: a local JSON pointer, else what the validator's resolver finds
+        from the root (``$id`` bases, anchors); ``{}`` when neither resolves it."""
+        found = _resolve(self.root, ref)
+        if found is None and self.whole is not None:
+            try:
+                found = self.whole._resolver.lookup(ref).contents
+            except Exception:  # noqa: BLE001 - unresolvable: read as {}
+                found = None
+        return {} if found is None else found
 
     def value(self, nodes: list[Any], value: Any, depth: int) -> Any:
         """``value`` ordered under the intersection of ``nodes`` (in order)."""
@@ -138,7 +148,7 @@ class _Order:
             branch = next((b for b in sub if self.valid(b, value)), sub[0])
             return self.pieces(branch, value, depth + 1)
         if key == "$ref" and isinstance(sub, str):
-            return self.pieces(_resolve(self.root, sub), value, depth + 1)
+            return self.pieces(self.target(sub), value, depth + 1)
         if key == "const":
             return [_constant(sub)]
         if key == "enum" and isinstance(sub, list):
