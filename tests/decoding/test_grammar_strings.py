@@ -155,35 +155,37 @@ def test_grammar_and_check_read_ref_siblings_as_the_draft_does(draft, reads_sibl
 
 
 def test_engine_limits_are_per_matcher_and_never_sticky(monkeypatch):
-    """A lexer that runs out of work budget fails its walk with the engine's error, and the
-    next walk, token-level or string, starts afresh (it used to refuse the first '{')."""
+    """A lexer that runs out of work budget fails its walk with the engine's error, the next
+    walk, token-level or string, starts afresh (it used to refuse the first '{'), and once
+    the budget is back the same grammar judges the text."""
     pattern = "^(?:\\S+\\s+){0,19}\\S+$"
     schema = {
         "type": "object",
         "properties": {"a": {"type": "string", "pattern": pattern, "maxLength": 200}},
     }
-    grammar = Grammar.from_json_schema(schema)
     text = '{"a":"Monday to Friday, 9am to 5pm, and more words here"}'
-    assert grammar.accepts_end(text)  # within the library's limits
-    monkeypatch.setitem(matcher_module.ENGINE_LIMITS, "initial_lexer_fuel", 200_000)
-    vocab = ["<s>", *sorted(set(text)), "</s>"]
-    lm = FunctionLM(vocab, len(vocab) - 1, lambda ctx: [0.0] * len(vocab), bos_token_id=0)
-    tokens = [vocab.index(ch) for ch in text]
-    reached = []
-    for _ in range(2):  # the same walk twice on one LM: same place, same cause
-        state = grammar.start(lm)
-        with pytest.raises(ConstraintFailure, match="lexer error") as info:
-            for i, token in enumerate(tokens):
-                reached.append(i)
-                if grammar.allows(lm, state, token):
-                    state = grammar.advance(lm, state, token)
-        assert info.value.cause.startswith("grammar engine: lexer error")
-    first, second = reached[: len(reached) // 2], reached[len(reached) // 2 :]
-    assert first == second and len(first) > 10
-    for _ in range(2):
-        with pytest.raises(ConstraintFailure, match="lexer error"):
-            grammar.accepts_end(text)
-    assert grammar.accepts_prefix('{"a":"Mon')  # a short walk stays within the budget
+    with monkeypatch.context() as patch:
+        patch.setitem(matcher_module.ENGINE_LIMITS, "initial_lexer_fuel", 200_000)
+        grammar = Grammar.from_json_schema(schema)
+        for _ in range(2):
+            with pytest.raises(ConstraintFailure, match="lexer error"):
+                grammar.accepts_end(text)
+        assert grammar.accepts_prefix('{"a":"Mon')  # a short walk stays within the budget
+        vocab = ["<s>", *sorted(set(text)), "</s>"]
+        lm = FunctionLM(vocab, len(vocab) - 1, lambda ctx: [0.0] * len(vocab), bos_token_id=0)
+        tokens = [vocab.index(ch) for ch in text]
+        reached = []
+        for _ in range(2):  # the same walk twice on one LM: same place, same cause
+            state = grammar.start(lm)
+            with pytest.raises(ConstraintFailure, match="lexer error") as info:
+                for i, token in enumerate(tokens):
+                    reached.append(i)
+                    if grammar.allows(lm, state, token):
+                        state = grammar.advance(lm, state, token)
+            assert info.value.cause.startswith("grammar engine: lexer error")
+        first, second = reached[: len(reached) // 2], reached[len(reached) // 2 :]
+        assert first == second and len(first) > 10
+    assert grammar.accepts_end(text)  # the library's own budget: nothing stuck
 
 
 def test_key_order_is_a_stated_option():

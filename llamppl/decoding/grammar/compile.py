@@ -294,6 +294,7 @@ def _json_grammar(
         relaxed=reasons,
         prefix_checks=patterns,
         compiled=attempt.schema,
+        validated=True,
     )
 
 

@@ -84,6 +84,9 @@ class Grammar(Constraint):
         For JSON Schemas: the schema llguidance compiled (budget, draft, spellings and
         tier applied), which fixes the key order (:meth:`order_keys`).
 
+    ``validated=True`` skips the validation of ``spec`` at construction (the JSON Schema
+    tiers of :mod:`~llamppl.decoding.grammar.compile` have validated it).
+
     String verdicts (no LM): ``accepts_prefix(text)`` (``grammar(text)`` too) says whether
     ``text`` is a prefix of the grammar's language, ``accepts_end(text)`` whether it is a
     sentence that passes the final check, by the engine's walk of the text's bytes
@@ -108,10 +111,12 @@ class Grammar(Constraint):
         relaxed: tuple[str, ...] = (),
         prefix_checks: JSONStringPatterns | None = None,
         compiled: Any = None,
+        validated: bool = False,
     ) -> None:
-        error = on_native_stack(partial(engine_error, spec))  # a plain call on a worker
-        if error:
-            raise ValueError(f"invalid {kind}: llguidance says: {error}")
+        if not validated:  # (the JSON Schema tiers validated their spec already)
+            error = on_native_stack(partial(engine_error, spec))  # a plain call on a worker
+            if error:
+                raise ValueError(f"invalid {kind}: llguidance says: {error}")
         self.kind, self.source, self.spec = kind, source, spec
         self.check, self.relaxed = check, tuple(relaxed)
         self.prefix_checks = prefix_checks

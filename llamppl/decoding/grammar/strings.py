@@ -8,12 +8,18 @@ the grammar over a *byte vocabulary* (256 one-byte tokens and an end token, buil
 - the text is a prefix of the grammar's language iff every byte is consumed;
 - it is a sentence of the language iff, besides, the matcher then accepts.
 
-Each walk gets a fresh matcher (:func:`~llamppl.decoding.grammar.matcher.new_matcher`,
-built on a large native stack as every grammar build is), with its own lexer and lexer
-budget: a verdict never depends on the texts judged before it, and a rebuilt grammar judges
-like the first. A walk the engine cannot finish (a resource limit, not a refusal) raises
-:class:`~llamppl.decoding.constraints.protocol.ConstraintFailure` naming the engine's
-error, as the token-level walk does (the particle's failure), instead of answering False::
+A verdict never depends on the texts judged before it, and a rebuilt grammar judges like
+the first. Each walk runs on a copy of the grammar's first byte matcher (built once per
+grammar string, on a large native stack as every grammar build is, and kept in an LRU of
+:data:`KEPT` grammars): the copies share the lexer llguidance builds lazily, so a grammar
+whose build is slow (a second for some relaxed schemas) is built once, and states a walk
+built serve the next. The shared lexer also shares one budget of lexer work; a walk that
+meets an engine failure (a resource limit, not a refusal) is therefore run again on a fresh
+matcher (:func:`~llamppl.decoding.grammar.matcher.new_matcher`, its own lexer and budget)
+after the kept one is dropped, and only a failure there counts: it raises
+:class:`~llamppl.decoding.constraints.protocol.ConstraintFailure` naming the engine's error,
+as the token-level walk does (the particle's failure), instead of answering False. The
+engine is deterministic, so a walk that meets no failure answers as a fresh matcher would::
 
     from llamppl.decoding.grammar.strings import walk_text
     walk = walk_text(Grammar.from_regex("(ab|b)+c").spec, "abb")
@@ -28,8 +34,13 @@ from functools import lru_cache
 from llamppl.decoding.constraints.protocol import ConstraintFailure
 from llamppl.decoding.grammar.matcher import engine_failure, new_matcher, require_llguidance
 from llamppl.decoding.grammar.native_stack import on_native_stack
+from llamppl.lm.memo import LRU
 
-__all__ = ["Walk", "byte_tokenizer", "walk_text"]
+__all__ = ["KEPT", "Walk", "byte_tokenizer", "walk_text"]
+
+#: Grammars whose first byte matcher is kept (least recently used dropped first).
+KEPT = 16
+_FIRST: LRU[str, object] = LRU(KEPT)  # grammar string -> its fresh byte matcher
 
 _END = 256  # the byte vocabulary's end token
 
@@ -81,20 +92,39 @@ class Walk:
         return self.prefix and self.accepting
 
 
-def walk_text(spec: str, text: str) -> Walk:
-    """The walk of ``text``'s UTF-8 bytes through a fresh matcher of the grammar ``spec``.
+def _first_matcher(spec: str):
+    """The kept fresh byte matcher of ``spec`` (built on a native stack the first time)."""
+    matcher = _FIRST.get(spec)
+    if matcher is None:
+        matcher = on_native_stack(lambda: new_matcher(byte_tokenizer(), spec))
+        _FIRST.put(spec, matcher)
+    return matcher
 
-    Raises :class:`~llamppl.decoding.constraints.protocol.ConstraintFailure` when the engine
-    fails on the text (a resource limit); ``TypeError`` for a ``text`` that is not a str.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    data = list(text.encode("utf-8", "surrogatepass"))  # a lone surrogate: bytes no grammar takes
-    matcher = on_native_stack(lambda: new_matcher(byte_tokenizer(), spec))
+
+def _walk(matcher, data: list[int]) -> tuple[int, bool, str | None]:
+    """``(bytes consumed, accepting, engine failure or None)`` of ``data`` through ``matcher``."""
     consumed = matcher.try_consume_tokens(data) if data else 0
     if consumed < len(data):
         matcher.consume_token(data[consumed])  # refused: the engine says why
     failure = engine_failure(matcher)
-    if failure is not None:
-        raise ConstraintFailure(f"grammar engine: {failure.splitlines()[0]}")
-    return Walk(consumed, len(data), consumed == len(data) and matcher.is_accepting())
+    return consumed, failure is None and consumed == len(data) and matcher.is_accepting(), failure
+
+
+def walk_text(spec: str, text: str) -> Walk:
+    """The walk of ``text``'s UTF-8 bytes through the grammar ``spec`` (module docstring).
+
+    Raises :class:`~llamppl.decoding.constraints.protocol.ConstraintFailure` when the engine
+    fails on the text on a fresh matcher (a resource limit); ``TypeError`` for a ``text``
+    that is not a str.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    data = list(text.encode("utf-8", "surrogatepass"))  # a lone surrogate: bytes no grammar takes
+    consumed, accepting, failure = _walk(_first_matcher(spec).deep_copy(), data)
+    if failure is not None:  # the shared lexer's budget, or the text's own: walk afresh
+        _FIRST.pop(spec)
+        fresh = on_native_stack(lambda: new_matcher(byte_tokenizer(), spec))
+        consumed, accepting, failure = _walk(fresh, data)
+        if failure is not None:
+            raise ConstraintFailure(f"grammar engine: {failure.splitlines()[0]}")
+    return Walk(consumed, len(data), accepting)
