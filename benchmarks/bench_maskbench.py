@@ -18,7 +18,8 @@ error). Side columns judge the instances as given (MaskBench's own key order) an
 with ``\\uXXXX`` escapes (``json.dumps``' default). A rebuilt grammar (the compile cache
 cleared) judges every test again, in reverse order, and must agree.
 
-``--masks K``: on every K-th compiled file, the mask time per token of the embedded
+``--key-order any``: the budget's ``key_order="any"`` (then the instances as given are in the
+target too). ``--masks K``: on every K-th compiled file, the mask time per token of the embedded
 SmolLM2's vocabulary along the tokenizer's spelling of each valid instance (llguidance's
 fill alone, and the library's ``allowed_masks``), MaskBench's "TBM" measure.
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -88,14 +90,14 @@ def verdict(grammar: Grammar, text: str) -> tuple[bool | None, str]:
     return False, f"final check: {grammar.check.last_error}"
 
 
-def judge_file(path: Path, limit: float) -> dict:
+def judge_file(path: Path, limit: float, budget: JSONBudget = OPEN) -> dict:
     """The record of one MaskBench file (module docstring)."""
     case = json.loads(path.read_text())
     tests = case["tests"]
     row: dict = {"file": path.name, "tests": len(tests), "valid": sum(t["valid"] for t in tests)}
     started = time.perf_counter()
     try:
-        grammar = Grammar.from_json_schema(case["schema"], budget=OPEN, compile_timeout=limit)
+        grammar = Grammar.from_json_schema(case["schema"], budget=budget, compile_timeout=limit)
     except CompileTimeout as exc:
         return row | {
             "outcome": "timed out",
@@ -131,7 +133,7 @@ def judge_file(path: Path, limit: float) -> dict:
     row["judge_s"] = time.perf_counter() - started
     row |= {"wrong": wrong, "wrong_as_given": given, "wrong_ascii": ascii_}
     clear_cache()
-    again = Grammar.from_json_schema(case["schema"], budget=OPEN, compile_timeout=None)
+    again = Grammar.from_json_schema(case["schema"], budget=budget, compile_timeout=None)
     texts = [json.dumps(again.order_keys(t["data"]), ensure_ascii=False) for t in tests]
     rebuilt = [verdict(again, text)[0] for text in texts[::-1]][::-1]
     row["rebuilt_differs"] = sum(a is not b for a, b in zip(verdicts, rebuilt))
@@ -251,6 +253,9 @@ def main() -> None:
         "--masks", type=int, default=0, help="mask times on every K-th file (0: none)"
     )
     parser.add_argument("--first", type=positive_int, default=None, help="only the first N files")
+    parser.add_argument(
+        "--key-order", choices=("schema", "any"), default="schema", help="JSONBudget.key_order"
+    )
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads")
     parser.add_argument("--report", type=Path, default=None, help="reprint the summary of a record")
     args = parser.parse_args()
@@ -262,7 +267,9 @@ def main() -> None:
     paths = sorted(args.data.glob("*.json"))[: args.first]
     if not paths:
         raise SystemExit(f"no MaskBench files in {args.data} (see shared/data/maskbench/README.md)")
+    budget = dataclasses.replace(OPEN, key_order=args.key_order)
     print(f"torch threads: {torch.get_num_threads()}; {len(paths)} files from {args.data}")
+    print(f"budget: {budget}")
     started = time.perf_counter()
     Grammar.from_json_schema(
         {"type": "object", "properties": {"a": {"format": "date"}}}, budget=OPEN
@@ -273,7 +280,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w") as out:
         for path in paths:
-            row = judge_file(path, args.limit)
+            row = judge_file(path, args.limit, budget)
             rows.append(row)
             out.write(json.dumps(row) + "\n")
         masks = None

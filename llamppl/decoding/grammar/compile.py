@@ -89,6 +89,7 @@ from llamppl.decoding.grammar.json_patterns import JSONStringPatterns
 from llamppl.decoding.grammar.json_relax import is_refusal, skeleton, strip_unsupported
 from llamppl.decoding.grammar.matcher import require_llguidance
 from llamppl.decoding.grammar.native_stack import NativeCall
+from llamppl.decoding.grammar.strings import forget_kept
 
 __all__ = [
     "Grammar",
@@ -233,8 +234,11 @@ def json_grammar(
 
 
 def clear_cache() -> None:
-    """Forget every compiled JSON Schema grammar (the next :func:`json_grammar` compiles again)."""
+    """Forget every compiled JSON Schema grammar (the next :func:`json_grammar` compiles again)
+    and every kept byte matcher of the string verdicts
+    (:func:`~llamppl.decoding.grammar.strings.forget_kept`)."""
     _CACHE.clear()
+    forget_kept()
 
 
 def _within(seconds: float | None, build: Callable[[threading.Event], Grammar]) -> Grammar | None:

@@ -48,6 +48,7 @@ from llamppl.decoding.grammar.json_budget import JSONBudget
 from llamppl.decoding.grammar.json_relax import _dialect, _draft_of
 
 __all__ = [
+    "DRAFT_URIS",
     "any_key_order",
     "exact_name",
     "grammar_schema",
@@ -59,7 +60,7 @@ __all__ = [
 
 _DATA = ("const", "enum", "default", "examples")
 _APPLICATORS = ("allOf", "anyOf", "oneOf", "$ref", "const", "enum")
-_KEEP_BESIDE_REF = ("$ref", "definitions", "$defs")
+_KEEP_BESIDE_REF = ("$ref", "definitions", "$defs", "$schema")
 _NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _MAP_KEYWORDS = (
     "properties",
@@ -116,11 +117,27 @@ def _rewrite(node: Any, visit, draft: str) -> Any:
     return visit(out, draft)
 
 
+#: The ``$schema`` URI llguidance knows for each draft's ``jsonschema`` validator class.
+DRAFT_URIS = {
+    "Draft3Validator": "http://json-schema.org/draft-03/schema#",
+    "Draft4Validator": "http://json-schema.org/draft-04/schema#",
+    "Draft6Validator": "http://json-schema.org/draft-06/schema#",
+    "Draft7Validator": "http://json-schema.org/draft-07/schema#",
+    "Draft201909Validator": "https://json-schema.org/draft/2019-09/schema",
+    "Draft202012Validator": "https://json-schema.org/draft/2020-12/schema",
+}
+
+
 def ref_alone(schema: Any, draft: str) -> Any:
-    """``schema`` with the siblings of each ``$ref`` dropped where the draft ignores them
-    (drafts 3 to 7), ``definitions`` / ``$defs`` kept."""
+    """``schema`` read as its draft: each ``$schema`` the URI llguidance knows for the draft
+    the final check reads (``jsonschema`` reads an unknown one, such as
+    ``https://json-schema.org/draft-07/schema#``, as Draft 2020-12; llguidance would refuse
+    it), and the siblings of each ``$ref`` dropped where the draft ignores them (drafts 3 to
+    7), ``definitions`` / ``$defs`` kept."""
 
     def visit(node: dict, draft: str) -> dict:
+        if isinstance(node.get("$schema"), str) and draft in DRAFT_URIS:
+            node = {**node, "$schema": DRAFT_URIS[draft]}
         dialect = _dialect(draft)
         if isinstance(node.get("$ref"), str) and dialect is not None and dialect.ref_alone:
             return {k: v for k, v in node.items() if k in _KEEP_BESIDE_REF}

@@ -36,7 +36,7 @@ from llamppl.decoding.grammar.matcher import engine_failure, new_matcher, requir
 from llamppl.decoding.grammar.native_stack import on_native_stack
 from llamppl.lm.memo import LRU
 
-__all__ = ["KEPT", "Walk", "byte_tokenizer", "walk_text"]
+__all__ = ["KEPT", "Walk", "byte_tokenizer", "forget_kept", "walk_text"]
 
 #: Grammars whose first byte matcher is kept (least recently used dropped first).
 KEPT = 16
@@ -90,6 +90,11 @@ class Walk:
     def sentence(self) -> bool:
         """Whether the text is a sentence of the grammar."""
         return self.prefix and self.accepting
+
+
+def forget_kept() -> None:
+    """Drop every kept first byte matcher (the next walk of each grammar builds one afresh)."""
+    _FIRST.clear()
 
 
 def _first_matcher(spec: str):
