@@ -1,9 +1,9 @@
 """String verdicts against the token walk on SmolLM2's real vocabulary (49,152 BPE tokens).
 
-A grammar's ``accepts_prefix`` / ``accepts_end`` equal its walk of the tokenizer's own
-spelling of each text and of a second spelling made of separately encoded pieces (not
-canonical); ``canonical`` accepts a text's own spelling exactly when ``accepts_end`` says so
-and refuses the pieced one.
+A grammar's and a conjunction of text constraints' ``accepts_prefix`` / ``accepts_end``
+equal their walk of the tokenizer's own spelling of each text and of a second spelling made
+of separately encoded pieces (not canonical); ``canonical`` accepts a text's own spelling
+exactly when ``accepts_end`` says so and refuses the pieced one.
 """
 
 from __future__ import annotations
@@ -57,6 +57,25 @@ def test_grammar_verdicts_on_the_real_vocabulary(smollm, grammar, seeds):
         assert token_walk(grammar, smollm, _pieced(smollm, text, rng)) == verdict, text
         verdicts.add(verdict)
     assert verdicts == {(True, True), (True, False), (False, False)}
+
+
+def test_text_constraint_verdicts_on_the_real_vocabulary(smollm):
+    from text_programs import use_shared_nltk_data
+
+    from llamppl.constraints import banned_words, max_word_length, word_count
+
+    pytest.importorskip("nltk")
+    use_shared_nltk_data()
+    c = max_word_length(6) & banned_words(["storm"]) & word_count(at_most=7)
+    rng = random.Random(2)
+    seeds = ["The calm sea rolled in.", "A storm came at night.", "Birds flew over the bay."]
+    verdicts = set()
+    for text in random_texts(seeds, rng, 40, extra=" ."):
+        verdict = (c.accepts_prefix(text), c.accepts_end(text))
+        assert token_walk(c, smollm, smollm.encode(text)) == verdict, text
+        assert token_walk(c, smollm, _pieced(smollm, text, rng)) == verdict, text
+        verdicts.add(verdict)
+    assert (True, True) in verdicts and (False, False) in verdicts
 
 
 def test_canonical_on_the_real_vocabulary(smollm):
