@@ -62,8 +62,6 @@ from spider_eval import (
 METHODS = ("plain", "lcd", "lcd-exec", "smc-grammar", "smc-exec", "smc", "smc-sqlrank", "smc-move")
 DEFAULT_METHODS = ("plain", "lcd", "smc-grammar", "smc-exec", "smc")
 MAX_TOKENS = 64
-import os as _os
-EXTRA = eval(_os.environ.get("SPIDER_EXTRA", "{}"))
 
 
 def extract_sql(text: str) -> str:
@@ -96,7 +94,7 @@ async def answer(lm: Any, method: str, q: Question, data: Path, n: int, *, seed:
     path = database_path(data, q.db_id)
     extra: dict[str, Any] = {}
     if method in ("smc", "smc-sqlrank", "smc-move", "smc-exec"):
-        options: dict[str, Any] = {"max_tokens": MAX_TOKENS, **EXTRA}
+        options: dict[str, Any] = {"max_tokens": MAX_TOKENS}
         if method == "smc-exec":
             options["db"] = sql(path)
             options["rank"] = "sql"

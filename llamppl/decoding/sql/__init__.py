@@ -8,7 +8,6 @@
   names, compiled once per schema;
 - :mod:`~llamppl.decoding.sql.lexer`, :mod:`~llamppl.decoding.sql.values`,
   :mod:`~llamppl.decoding.sql.checks` — the database's checks of a text (prefix and complete);
-- :mod:`~llamppl.decoding.sql.text_walk` — a grammar's verdict on a string, byte by byte;
 - :mod:`~llamppl.decoding.sql.constraint` — :func:`sql` and :class:`SQL`, the conjunction.
 
 Users import the constraint from :mod:`llamppl.constraints`::

@@ -13,8 +13,11 @@ The constraint is the conjunction of two parts (:class:`SQL`, an
   twist, once per particle and step on a text the grammar accepts).
 
 ``c.accepts_prefix(text)`` and ``c.accepts_end(text)`` judge strings with the same verdicts
-as the token-level walk: the grammar is walked byte by byte
-(:mod:`~llamppl.decoding.sql.text_walk`), then the checks run. ``c.run(text)`` gives a
+as the token-level walk: the grammar's byte-level walk
+(:meth:`~llamppl.decoding.grammar.compile.Grammar.accepts_prefix`), then the database's
+checks (closed under prefixes, so the walk's checks at earlier token boundaries agree with
+the last one). A query in the language that runs past the time bound raises
+:class:`~llamppl.decoding.constraints.time_bound.CheckTimeout` (a program ends that particle). ``c.run(text)`` gives a
 complete query's result (:class:`~llamppl.decoding.sql.execute.Run`) and
 ``c.schema_text()`` the ``CREATE TABLE`` text of its tables::
 
@@ -42,7 +45,6 @@ from llamppl.decoding.sql.checks import QueryCheck
 from llamppl.decoding.sql.database import Database, Schema, open_database
 from llamppl.decoding.sql.execute import DEFAULT_MAX_ROWS, Executor, Run
 from llamppl.decoding.sql.grammar import sql_grammar
-from llamppl.decoding.sql.text_walk import grammar_verdict
 
 __all__ = ["SQL", "sql"]
 
@@ -74,26 +76,31 @@ class SQL(AllOf):
     def accepts_prefix(self, text: str) -> bool:
         """Whether ``text`` can still be completed into a query that passes (the grammar's
         prefix check, then the database's)."""
-        prefix, _ = grammar_verdict(self.grammar, text)
-        return prefix and self.check(text)
+        return self.grammar.accepts_prefix(text) and bool(self.check(text))
 
     def accepts_end(self, text: str) -> bool:
         """Whether ``text`` is a complete query that passes: in the grammar, runs (read-only,
         within the time bound: :class:`~llamppl.decoding.constraints.time_bound.CheckTimeout`
-        past it) and meets the options."""
-        _, complete = grammar_verdict(self.grammar, text)
-        return complete and self.check.accepts_end(text)
+        past it) and meets the options. As the token-level walk, which asks the prefix check
+        at each token before the complete check, a text must pass both."""
+        return (
+            self.grammar.accepts_end(text)
+            and bool(self.check(text))
+            and bool(self.check.accepts_end(text))
+        )
 
     def __call__(self, text: str) -> bool:
         return self.accepts_prefix(text)
 
     def failure(self, text: str) -> str | None:
         """Why ``text`` does not pass as a complete query (None when it does)."""
-        prefix, complete = grammar_verdict(self.grammar, text)
-        if not complete:
-            where = "" if prefix else " (not even a prefix)"
+        if not self.grammar.accepts_end(text):
+            where = "" if self.grammar.accepts_prefix(text) else " (not even a prefix)"
             return f"not a query of the grammar over this database's tables{where}"
-        return self.check.failure(text)
+        failure = self.check.failure(text)
+        if failure is None and not self.check(text):
+            return "a clause or name of the query cannot run (the prefix check)"
+        return failure
 
     # ------------------------------------------------------------ the database
     def run(self, text: str) -> Run:
