@@ -110,8 +110,13 @@ async def answer(lm: Any, method: str, q: Question, data: Path, n: int, *, seed:
         pred = out.best.sql if out.best else ""
         result = out.result
         extra["answers"] = [
-            {"sql": a.sql, "log_prob": round(a.log_prob, 3), "mass": round(a.mass, 4),
-             "rows_mass": round(a.rows_mass, 4), "weight": round(a.weight, 4)}
+            {
+                "sql": a.sql,
+                "log_prob": round(a.log_prob, 3),
+                "mass": round(a.mass, 4),
+                "rows_mass": round(a.rows_mass, 4),
+                "weight": round(a.weight, 4),
+            }
             for a in out.answers[:5]
         ]
         extra["sql_runs"] = result.particles[0].constraint.check.runs if result.particles else 0
@@ -121,7 +126,9 @@ async def answer(lm: Any, method: str, q: Question, data: Path, n: int, *, seed:
         probe = TextToSQL(lm, q.question, c, max_tokens=MAX_TOKENS)  # the shared prompt
         prompt = probe.context.tokens
         if method == "plain":
-            model = HardConstraint(lm, prompt, lambda t: True, "sample", MAX_TOKENS, truncated="keep")
+            model = HardConstraint(
+                lm, prompt, lambda t: True, "sample", MAX_TOKENS, truncated="keep"
+            )
         elif method == "lcd":
             model = HardConstraint(lm, prompt, c.grammar, max_tokens=MAX_TOKENS)
         elif method == "lcd-exec":
@@ -227,23 +234,39 @@ def profile_split(profiler: Any) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[3] / "shared" / "data" / "spider")
-    ap.add_argument("--per-db", type=positive_int, default=None, help="questions per database (default: all)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=Path(__file__).resolve().parents[3] / "shared" / "data" / "spider",
+    )
+    ap.add_argument(
+        "--per-db", type=positive_int, default=None, help="questions per database (default: all)"
+    )
     ap.add_argument("--seed", type=nonnegative_int, default=0)
     ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(DEFAULT_METHODS))
     ap.add_argument("--particles", type=positive_int, default=8)
     ap.add_argument("--dbs", nargs="+", default=None, help="only these databases")
     ap.add_argument("--threads", type=positive_int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="JSONL records, one per question and method")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="JSONL records, one per question and method"
+    )
     ap.add_argument("--append", action="store_true", help="add to --out instead of replacing it")
-    ap.add_argument("--report", type=Path, default=None, help="print the table of a record file and stop")
-    ap.add_argument("--profile", action="store_true", help="split the time into forwards, masks, checks")
+    ap.add_argument(
+        "--report", type=Path, default=None, help="print the table of a record file and stop"
+    )
+    ap.add_argument(
+        "--profile", action="store_true", help="split the time into forwards, masks, checks"
+    )
     add_concurrency_argument(ap)
     args = ap.parse_args(argv)
 
     if args.report is not None:
-        records = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]
+        records = [
+            json.loads(line) for line in args.report.read_text().splitlines() if line.strip()
+        ]
         print(table(records))
         return 0
     torch.set_num_threads(args.threads)
@@ -273,12 +296,20 @@ def main(argv: list[str] | None = None) -> int:
         k = concurrency(args.concurrency, n, len(problems))
         start = time.process_time()
 
-        def done(i: int, record: dict, method: str = method) -> None:
+        def done(i: int, record: dict, method: str = method, n: int = n) -> None:
             if "error" in record and "pred" not in record:  # the method raised
                 q = chosen[i]
-                record = {"db_id": q.db_id, "question": q.question, "gold": q.query,
-                          "method": method, "pred": "", "n_particles": n,
-                          "error_trace": record["error"], "runs": False, "correct": False}
+                record = {
+                    "db_id": q.db_id,
+                    "question": q.question,
+                    "gold": q.query,
+                    "method": method,
+                    "pred": "",
+                    "n_particles": n,
+                    "error_trace": record["error"],
+                    "runs": False,
+                    "correct": False,
+                }
                 print(record["error_trace"], file=sys.stderr)
             else:
                 record = grade(record, args.data)
@@ -286,7 +317,10 @@ def main(argv: list[str] | None = None) -> int:
             record["wall_s"] = record.pop("wall_seconds", None)
             records.append(record)
             mark = "OK" if record["correct"] else ("ru" if record["runs"] else "--")
-            print(f"{mark} {method} {record['db_id']} | {record['question']} | {record['pred']!r}", flush=True)
+            print(
+                f"{mark} {method} {record['db_id']} | {record['question']} | {record['pred']!r}",
+                flush=True,
+            )
             if out is not None:
                 out.write(json.dumps(record, default=str) + "\n")
                 out.flush()
@@ -296,18 +330,26 @@ def main(argv: list[str] | None = None) -> int:
         solve_all(lm, problems, k, done)
         if profiler is not None:
             profiler.disable()
-        print(f"{method}: {time.process_time() - start:.1f} CPU s for {len(problems)} questions (concurrency {k})", flush=True)
+        print(
+            f"{method}: {time.process_time() - start:.1f} CPU s for {len(problems)} questions (concurrency {k})",
+            flush=True,
+        )
     if out is not None:
         out.close()
     print(table(records))
     if profiler is not None:
         split = profile_split(profiler)
         total = sum(split.values())
-        print("time (cProfile tottime): " + ", ".join(f"{k} {v:.1f} s ({100 * v / total:.0f} %)" for k, v in split.items()))
+        print(
+            "time (cProfile tottime): "
+            + ", ".join(f"{k} {v:.1f} s ({100 * v / total:.0f} %)" for k, v in split.items())
+        )
     for m in args.methods:
         rs = [r for r in records if r["method"] == m]
         if rs:
-            print(f"spider {m}: runs {sum(r['runs'] for r in rs)}/{len(rs)}, correct {sum(r['correct'] for r in rs)}/{len(rs)}")
+            print(
+                f"spider {m}: runs {sum(r['runs'] for r in rs)}/{len(rs)}, correct {sum(r['correct'] for r in rs)}/{len(rs)}"
+            )
     return 0
 
 

@@ -79,7 +79,9 @@ def _connect(path: Path) -> sqlite3.Connection:
     return con
 
 
-def execute(path: Path, query: str, timeout: float = GRADE_TIMEOUT) -> tuple[list[tuple] | None, str | None]:
+def execute(
+    path: Path, query: str, timeout: float = GRADE_TIMEOUT
+) -> tuple[list[tuple] | None, str | None]:
     """``(rows, None)`` or ``(None, error)`` of ``query`` on the database at ``path``."""
     if not query.strip():
         return None, "empty query"

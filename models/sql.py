@@ -92,7 +92,9 @@ def program_constraint(
     if tables == "linked":
         tables = link_tables(base.schema, question)
     elif isinstance(tables, str):
-        raise ValueError(f'tables must be "linked", a sequence of table names or None, got {tables!r}')
+        raise ValueError(
+            f'tables must be "linked", a sequence of table names or None, got {tables!r}'
+        )
     if literals == "question":
         literals = question
     if tables is None and literals is None:
@@ -300,7 +302,13 @@ def rank_answers(constraint: SQL, found: Sequence[Found], rank: str = "rows") ->
         by_rows[keys[k]] += e[2] / total
     answers = [
         SQLAnswer(
-            e[0], e[1], e[2] / total, by_rows[keys[k]], e[3], runs[k].rows, runs[k].columns,
+            e[0],
+            e[1],
+            e[2] / total,
+            by_rows[keys[k]],
+            e[3],
+            runs[k].rows,
+            runs[k].columns,
             tuple(e[4]),
         )
         for k, e in merged.items()

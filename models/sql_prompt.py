@@ -124,7 +124,9 @@ def sql_messages(
     messages = [{"role": "system", "content": system}]
     shown = None
     for ex in examples:
-        messages.append({"role": "user", "content": _user(ex.schema, ex.question, ex.schema != shown)})
+        messages.append(
+            {"role": "user", "content": _user(ex.schema, ex.question, ex.schema != shown)}
+        )
         messages.append({"role": "assistant", "content": ex.sql})
         shown = ex.schema
     messages.append({"role": "user", "content": _user(schema, question.strip(), True)})

@@ -46,9 +46,9 @@ from llamppl.decoding.constraints.protocol import Constraint
 from llamppl.decoding.sql.database import Schema
 from llamppl.decoding.sql.execute import Executor, Run
 from llamppl.decoding.sql.grammar import grammar_words
-from llamppl.decoding.sql.scope import Names, scope_error
 from llamppl.decoding.sql.lexer import CLAUSE_KEYWORDS, OPERAND_KEYWORDS, Token, is_keyword, tokens
 from llamppl.decoding.sql.literals import Mentioned, literal_error
+from llamppl.decoding.sql.scope import Names, scope_error
 from llamppl.decoding.sql.values import Values, is_string_literal, literal_comparisons
 from llamppl.lm.memo import LRU
 

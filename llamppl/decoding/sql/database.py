@@ -182,6 +182,10 @@ def open_database(db: object) -> Database:
         file = _file_of(db)
         if file:
             return _open_path(Path(file), "db (the connection's file)")
+        if db.in_transaction:  # a backup would wait for it forever
+            raise ValueError(
+                "db: the in-memory connection has an uncommitted transaction; commit it first"
+            )
         copy = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
         db.backup(copy)
         copy.execute("PRAGMA query_only = 1")
@@ -203,14 +207,18 @@ def _open_path(path: Path, name: str) -> Database:
     with open(path, "rb") as f:
         header = f.read(16)
     if header != b"SQLite format 3\x00":
-        raise ValueError(f"{name}: {str(path)!r} is not a SQLite database (its header is not SQLite's)")
+        raise ValueError(
+            f"{name}: {str(path)!r} is not a SQLite database (its header is not SQLite's)"
+        )
     try:
         con = _connect_read_only(path.resolve())
     except sqlite3.Error as exc:
         raise ValueError(f"{name}: cannot open {str(path)!r} read-only: {exc}") from None
     schema = _read_schema(con, f"{name} {str(path)!r}")
     stat = path.stat()
-    return Database(con, schema, path.resolve(), (str(path.resolve()), stat.st_size, stat.st_mtime_ns))
+    return Database(
+        con, schema, path.resolve(), (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    )
 
 
 def _read_schema(con: sqlite3.Connection, name: str) -> Schema:

@@ -54,6 +54,7 @@ SAFE_FUNCTIONS = frozenset(
     strftime typeof like glob iif sign""".split()
 )
 
+
 def _authorizer(tables: frozenset[str] | None):
     """The authorizer: reads (of ``tables`` only, lower-case names, when given), ``SELECT``
     and the safe functions; everything else denied."""
@@ -154,7 +155,9 @@ class Executor:
                 columns = tuple(d[0] for d in cursor.description or ())
             except (sqlite3.Error, sqlite3.Warning) as exc:
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise CheckTimeout(f"check timed out (the query ran over {seconds:g} s)") from None
+                    raise CheckTimeout(
+                        f"check timed out (the query ran over {seconds:g} s)"
+                    ) from None
                 return Run(error=str(exc) or type(exc).__name__)
             finally:
                 cursor.close()

@@ -48,6 +48,7 @@ def is_keyword(word: str) -> bool:
     """Whether ``word`` (any case) is one of the keywords above."""
     return word.upper() in _KEYWORDS
 
+
 _TWO = {"<=", ">=", "<>", "!=", "==", "||"}
 _CLOSE = {"'": "'", '"': '"', "`": "`", "[": "]"}
 _KIND = {"'": "string", '"': "quoted", "`": "quoted", "[": "quoted"}

@@ -28,8 +28,19 @@ from llamppl.decoding.sql.lexer import Token
 __all__ = ["Mentioned", "literal_error"]
 
 _NUMBER_WORDS = {
-    "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
-    "eight": "8", "nine": "9", "ten": "10", "once": "1", "twice": "2", "single": "1",
+    "one": "1",
+    "two": "2",
+    "three": "3",
+    "four": "4",
+    "five": "5",
+    "six": "6",
+    "seven": "7",
+    "eight": "8",
+    "nine": "9",
+    "ten": "10",
+    "once": "1",
+    "twice": "2",
+    "single": "1",
     "both": "2",
 }
 
@@ -44,7 +55,9 @@ class Mentioned:
     @classmethod
     def of(cls, text: str) -> Mentioned:
         if not isinstance(text, str):
-            raise TypeError(f"literals must be a str (the question) or None, got {type(text).__name__}")
+            raise TypeError(
+                f"literals must be a str (the question) or None, got {type(text).__name__}"
+            )
         lower = text.lower()
         numbers = set(re.findall(r"\d+(?:\.\d+)?", text))
         numbers |= {v for k, v in _NUMBER_WORDS.items() if re.search(rf"\b{k}\b", lower)}
@@ -82,7 +95,10 @@ def literal_error(toks: list[Token], mentioned: Mentioned, strings: list[int]) -
             last = i == len(toks) - 1
             number = tok.text
             if last:  # may still grow: it must begin like a stated number
-                if not any(n.startswith(number.lstrip("0") or "0") or n.startswith(number) for n in mentioned.numbers):
+                if not any(
+                    n.startswith(number.lstrip("0") or "0") or n.startswith(number)
+                    for n in mentioned.numbers
+                ):
                     return f"no number in the question begins like {number!r}"
             elif _canonical_number(number) not in mentioned.numbers:
                 return f"the number {number} is not in the question"

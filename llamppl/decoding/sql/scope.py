@@ -46,7 +46,9 @@ class Names:
 
     @classmethod
     def of(cls, schema: Schema, words: frozenset[str]) -> Names:
-        tables = {t.name.upper(): frozenset(c.name.upper() for c in t.columns) for t in schema.tables}
+        tables = {
+            t.name.upper(): frozenset(c.name.upper() for c in t.columns) for t in schema.tables
+        }
         return cls(tables, frozenset(words))
 
     @property
@@ -67,9 +69,17 @@ class _Query:
     derived: bool = False  # reads a subquery (or parenthesised join) in its FROM
 
 
+def _table(tok: Token | None, names: Names) -> str | None:
+    """The table (upper case) a bare or quoted name token names, or None."""
+    if tok is None or not (tok.kind == "word" or (tok.kind == "quoted" and tok.closed)):
+        return None
+    key = tok.value.upper()
+    return key if key in names.tables else None
+
+
 def _is_definition(prev: Token | None, names: Names) -> bool:
     return prev is not None and (
-        prev.upper == "AS" or prev.text == ")" or (prev.kind == "word" and prev.upper in names.tables)
+        prev.upper == "AS" or prev.text == ")" or _table(prev, names) is not None
     )
 
 
@@ -86,6 +96,13 @@ def scope_error(toks: list[Token], names: Names, known: frozenset[str] | None = 
             q = queries[-1]
             if q.phase == "from" and q.depth == tok.depth:
                 q.derived = True
+            continue
+        if tok.kind == "quoted":  # a quoted table in FROM is read (else: not checked)
+            q = queries[-1] if queries else None
+            table = _table(tok, names)
+            if q is not None and q.depth == tok.depth and q.phase == "from" and table:
+                if not (prev and prev.text == "."):
+                    q.tables.append(table)
             continue
         if tok.kind != "word":
             continue
@@ -108,9 +125,9 @@ def scope_error(toks: list[Token], names: Names, known: frozenset[str] | None = 
         if word not in known and _is_definition(prev, names):
             defined.add(word)
             if here and q.phase == "from":
-                table = prev.upper if prev.upper in names.tables else None
-                if prev.upper == "AS" and i >= 2 and toks[i - 2].upper in names.tables:
-                    table = toks[i - 2].upper
+                table = _table(prev, names)
+                if prev.upper == "AS" and i >= 2:
+                    table = _table(toks[i - 2], names)
                 if table is None:
                     q.derived = True  # the alias of a subquery
                 else:

@@ -94,7 +94,11 @@ def _resolve(toks: list[Token], at: int, schema: Schema) -> tuple[tuple[str, ...
         if qualifier is None:
             return None
         table = schema.table(qualifier)
-        name = table.name if table is not None else _aliases(toks[: at - 2], schema).get(qualifier.lower())
+        name = (
+            table.name
+            if table is not None
+            else _aliases(toks[: at - 2], schema).get(qualifier.lower())
+        )
         if name is None:
             return None
         found = schema.table(name)
