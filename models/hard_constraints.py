@@ -68,7 +68,9 @@ engine's ``move=``: ``smc_standard(model, 8, move=ResampleMove(k=2))`` regenerat
 particle's last two tokens with the formulation's own proposal after resampling and accepts
 by the ratio of the tails' weights (G', or the lazy draw's estimate of it, twists included),
 which leaves the intermediate target invariant (:mod:`llamppl.inference.moves`; for the lazy
-proposal it is a pseudo-marginal move, exact too). A move never changes the posterior or Z.
+proposal it is a pseudo-marginal move, exact too). With ``ResampleMove(k, every_step=True)``
+a move never changes the posterior or Z; moving only after resampling (the default) is
+exact as N grows, with a bias at small N (measured in :mod:`llamppl.inference.moves`).
 
 A text constraint sees the concatenation of ``lm.vocab[t]`` over the generated tokens
 (end token excluded)::
