@@ -12,7 +12,7 @@ from llamppl.lm.hf.batch_plan import (
     pack_tokens,
     plan_rows,
 )
-from llamppl.lm.hf.query_plan import KEY_BLOCK, key_width, plan_blocks, plan_queries
+from llamppl.lm.hf.query_plan import KEY_BLOCK, key_blocks, key_width, plan_blocks, plan_queries
 from llamppl.lm.trie import TokenTrie
 
 SCRATCH = 99
@@ -132,19 +132,30 @@ def test_pack_rows_gives_a_group_longer_than_a_row_its_own_row():
     assert plan.src == list(range(10)) + [19]  # the 1-token row is left padded to 10 columns
 
 
-def _blocks_of(plan, q: int, split: int = 4) -> list[tuple[int, bool, list[int], int]]:
+def _blocks_of(plan, q: int) -> list[tuple[int, bool, list[int], int]]:
     """Query ``q``'s ``(step, masked, slots, visible)`` in merge order, read off the calls."""
     out = []
     for c in plan.calls:
         if q not in c.queries:
             continue
-        i = c.queries.index(q)
+        i, w = c.queries.index(q), c.width
         if c.shared:
-            slots = list(range(c.start, c.start + split)) if c.start >= 0 else c.slots
+            slots = list(range(c.start, c.start + w)) if c.start >= 0 else c.slots
         else:
-            slots = c.slots[split * i : split * (i + 1)]
-        out.append((c.step, c.masked, slots, c.visible[i] if c.masked else split))
-    return out
+            slots = c.slots[w * i : w * (i + 1)]
+        out.append((c.step, c.masked, slots, c.visible[i] if c.masked else w))
+    return sorted(out)
+
+
+def test_key_blocks_are_power_of_two_runs_then_the_last_block():
+    assert key_blocks(1, 4) == [(0, 4)] and key_blocks(4, 4) == [(0, 4)]
+    assert key_blocks(5, 4) == [(0, 4), (4, 4)]
+    assert key_blocks(4 * 13 + 1, 4) == [(0, 32), (32, 16), (48, 4), (52, 4)]  # 13 = 8 + 4 + 1
+    # a run's place in the merge order is the popcount of its start: the same for every query
+    for n in range(1, 200):
+        runs = key_blocks(n, 4)
+        assert [bin(a // 4).count("1") for a, _ in runs] == list(range(len(runs)))
+        assert all(a % w == 0 for a, w in runs[:-1]) and sum(w for _, w in runs[:-1]) == runs[-1][0]
 
 
 def test_key_blocks_cut_every_context_at_fixed_absolute_positions():
@@ -153,36 +164,34 @@ def test_key_blocks_cut_every_context_at_fixed_absolute_positions():
     prompt = trie.insert(trie.root, list(range(1, 11)))  # slots 0..9
     rows = [trie.insert(prompt[-1], [20 + i])[0] for i in range(2)]  # slots 10, 11
     plan = plan_blocks(prompt, list(range(10)), scratch=63, split=4)
-    # token 6 (7 keys): full block [0..3], then block 1 of which it sees 3 keys; the block's
+    # token 6 (7 keys): the run [0..3], then block 1 of which it sees 3 keys; the block's
     # fourth column holds the next prompt token (slot 7), masked for this query
     assert _blocks_of(plan, 6) == [(0, False, [0, 1, 2, 3], 4), (1, True, [4, 5, 6, 7], 3)]
-    # the last token (10 keys): two full blocks, then [8, 9] and scratch, 2 seen
-    assert _blocks_of(plan, 9)[-1] == (2, True, [8, 9, 63, 63], 2)
-    # every full block is read once, by one shared call, a view of the pool (contiguous)
+    # the last token (10 keys): one run of 8 keys, then [8, 9] and scratch, 2 seen
+    assert _blocks_of(plan, 9) == [(0, False, list(range(8)), 8), (1, True, [8, 9, 63, 63], 2)]
+    # every run is read once, by one shared call, a view of the pool (contiguous)
     full = [c for c in plan.calls if not c.masked]
-    assert [(c.step, len(c.queries), c.start) for c in full] == [(0, 6, 0), (1, 2, 4)]
-    assert [c.step for c in plan.calls] == sorted(c.step for c in plan.calls)  # merge order
+    assert [(c.width, len(c.queries), c.start) for c in full] == [(4, 4, 0), (8, 2, 0)]
     # the prompt's tokens of one block share their last block too (the same slots)
-    last = [c for c in plan.calls if c.masked]
-    assert [(c.step, c.queries, c.visible) for c in last] == [
+    last = sorted((c.step, c.queries, c.visible) for c in plan.calls if c.masked)
+    assert last == [
         (0, [0, 1, 2, 3], [1, 2, 3, 4]),
         (1, [4, 5, 6, 7], [1, 2, 3, 4]),
-        (2, [8, 9], [1, 2]),
+        (1, [8, 9], [1, 2]),
     ]
-    # two rows below the cached prompt: the full blocks are shared views, the last blocks
-    # (8 9 and the row's own token) are each row's own, gathered in one call
+    # two rows below the cached prompt: the run is a shared view, the last blocks (8 9 and
+    # the row's own token) are each row's own, gathered in one call
     below = plan_blocks(rows, [0, 1], scratch=63, split=4)
-    assert [(c.step, c.masked, c.shared) for c in below.calls] == [
-        (0, False, True),
-        (1, False, True),
-        (2, True, False),
+    assert [(c.step, c.width, c.masked, c.shared) for c in below.calls] == [
+        (0, 8, False, True),
+        (1, 4, True, False),
     ]
     assert below.calls[-1].slots == [8, 9, 10, 63, 8, 9, 11, 63]
-    assert below.calls[-1].visible == [3, 3]
+    assert below.calls[-1].visible == [3, 3] and below.steps == 2
 
 
 def test_key_blocks_do_not_depend_on_the_company():
-    """A query's blocks (slots, visible keys, merge order) are the same alone and beside others."""
+    """A query's blocks (slots seen, merge order) are the same alone and beside others."""
     trie = TokenTrie(256)
     prompt = trie.insert(trie.root, list(range(1, 30)))
     target = trie.insert(prompt[-1], [200, 201])  # two new tokens below the prompt
@@ -191,6 +200,6 @@ def test_key_blocks_do_not_depend_on_the_company():
     nodes = [n for g in others for n in g] + target
     mixed = plan_blocks(nodes, list(range(len(nodes))), scratch=255, split=8)
     for k in (0, 1):
-        a = [(s, m, sl[:v], v) for s, m, sl, v in _blocks_of(alone, k, 8)]
-        b = [(s, m, sl[:v], v) for s, m, sl, v in _blocks_of(mixed, len(others) + k, 8)]
+        a = [(s, m, sl[:v], v) for s, m, sl, v in _blocks_of(alone, k)]
+        b = [(s, m, sl[:v], v) for s, m, sl, v in _blocks_of(mixed, len(others) + k)]
         assert a == b

@@ -50,7 +50,7 @@ shapes are host-side. The attention function is registered in transformers'
 ``AttentionInterface`` as :data:`ATTENTION_NAME` and switched on for one forward
 (:func:`per_query`), as the shared-prefix path is::
 
-    reader = KeyBlocks(pool, plan_blocks(nodes, src, pool.scratch), tensors, KEY_SPLIT)
+    reader = KeyBlocks(pool, plan_blocks(nodes, src, pool.scratch), tensors)
     state = QueryState(pool, reader, arch.windows, additive=False)
     layers = [QueryPoolLayer(pool, l, src, dst, width, state) for l in range(pool.n_layers)]
     with per_query(model.config, state):

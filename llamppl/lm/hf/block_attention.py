@@ -48,24 +48,28 @@ _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
 
 def _aligned(fn: Any, x: torch.Tensor) -> torch.Tensor:
-    """``fn(x)`` for ``x`` ``(n, h)``, computed on rows padded to :data:`ALIGN` columns."""
-    n, h = x.shape
-    pad = -h % ALIGN
+    """``fn(x)`` for ``x`` ``(..., h)``, computed on rows padded to :data:`ALIGN` columns."""
+    pad = -x.shape[-1] % ALIGN
     if pad:
-        x = torch.cat([x, x.new_zeros(n, pad)], dim=1)
-    return fn(x)[:, :h]
+        x = torch.cat([x, x.new_zeros(*x.shape[:-1], pad)], dim=-1)
+    return fn(x)[..., : x.shape[-1] - pad]
 
 
-def merge(
-    o: torch.Tensor, lse: torch.Tensor, o_j: torch.Tensor, lse_j: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merge a partial result ``(o_j (n, H, D), lse_j (n, H))`` into ``(o, lse)`` (module docstring)."""
-    m = torch.maximum(lse, lse_j)
-    a = _aligned(torch.exp, lse - m)  # (n, H)
-    b = _aligned(torch.exp, lse_j - m)
-    s = a + b
-    out = (o * a[..., None] + o_j * b[..., None]) / s[..., None]
-    return out, m + _aligned(torch.log, s)
+def merge(outs: torch.Tensor, lses: torch.Tensor) -> torch.Tensor:
+    """Each query's attention from its blocks' partial results, in block order.
+
+    ``outs`` ``(steps, n, H, D)`` and ``lses`` ``(steps, n, H)`` float32: block ``s`` of query
+    ``i`` (``lse = -inf`` and ``out = 0`` where a query has fewer blocks). With
+    ``m = max_s lse_s`` and ``w_s = exp(lse_s - m)``, returns ``sum_s w_s out_s / sum_s w_s``
+    ``(n, H, D)``, the sums taken in block order (a missing block adds an exact zero).
+    """
+    m = lses.amax(dim=0)  # (n, H)
+    w = _aligned(torch.exp, lses - m)  # (steps, n, H)
+    num, den = outs[0] * w[0, ..., None], w[0]
+    for s in range(1, outs.shape[0]):
+        num = num + outs[s] * w[s, ..., None]
+        den = den + w[s]
+    return num / den[..., None]
 
 
 class KeyBlocks:
@@ -75,10 +79,8 @@ class KeyBlocks:
     ``src`` ``(n,)``, the calls' queries, visible counts and slots, concatenated.
     """
 
-    def __init__(
-        self, pool: KVPool, plan: BlockPlan, tensors: list[torch.Tensor], split: int
-    ) -> None:
-        self.pool, self.split = pool, split
+    def __init__(self, pool: KVPool, plan: BlockPlan, tensors: list[torch.Tensor]) -> None:
+        self.pool, self.steps = pool, plan.steps
         self.n = len(plan.src)
         self.calls = []  # (call, query slice, visible slice, slot slice)
         at_q = at_v = at_s = 0
@@ -96,18 +98,18 @@ class KeyBlocks:
         return self.index[device]
 
     def call_masks(self, device: torch.device, dtype: torch.dtype) -> list[torch.Tensor | None]:
-        """Each masked call's additive mask ``(count, 1, 1, S)``: 0 on a query's visible
+        """Each masked call's additive mask ``(count, 1, 1, width)``: 0 on a query's visible
         columns, ``dtype``'s minimum past them; None for a call of full blocks."""
         key = (device, dtype)
         if key not in self.masks:
             _, _, visible, _ = self.on(device)
-            j = torch.arange(self.split, device=device)[None, :]  # (1, S)
             out: list[torch.Tensor | None] = []
             for c, _, (v0, v1), _ in self.calls:
                 if not c.masked:
                     out.append(None)
                     continue
-                seen = j < visible[v0:v1, None]  # (count, S)
+                j = torch.arange(c.width, device=device)[None, :]  # (1, width)
+                seen = j < visible[v0:v1, None]  # (count, width)
                 m = torch.zeros(seen.shape, dtype=dtype, device=device)
                 out.append(m.masked_fill_(~seen, torch.finfo(dtype).min)[:, None, None, :])
             self.masks[key] = out
@@ -117,38 +119,30 @@ class KeyBlocks:
         """Every query's attention over its blocks: ``query`` ``(B, H, T, D_k)`` -> ``(B, T, H, D_v)``
         (zeros at the padding positions)."""
         B, H, T, Dk = query.shape
-        pool, S, dev = self.pool, self.split, query.device
+        pool, dev = self.pool, query.device
         Hkv = pool.n_kv_heads
         g = H // Hkv
         src, queries, _, slots = self.on(dev)
         masks = self.call_masks(dev, query.dtype)
         q_all = query.transpose(1, 2).reshape(B * T, H, Dk).index_select(0, src)  # (n, H, D_k)
-        o = torch.zeros(self.n, H, v_dim, dtype=torch.float32, device=dev)  # (n, H, D_v)
-        lse = torch.full((self.n, H), float("-inf"), dtype=torch.float32, device=dev)
+        outs = torch.zeros(self.steps, self.n, H, v_dim, dtype=torch.float32, device=dev)
+        lses = torch.full((self.steps, self.n, H), float("-inf"), dtype=torch.float32, device=dev)
         for (c, (q0, q1), _, (s0, s1)), mask in zip(self.calls, masks):
-            idx = queries[q0:q1]  # (count,)
-            count = q1 - q0
+            idx, count, W = queries[q0:q1], q1 - q0, c.width  # (count,)
             q = q_all.index_select(0, idx).view(count, Hkv, g, Dk)  # query heads of a K/V head
             if c.shared and c.start >= 0:
-                k = pool.k[layer][:, c.start : c.start + S]  # (H_kv, S, D_k), a view
-                v = pool.v[layer][:, c.start : c.start + S]
+                k = pool.k[layer][:, c.start : c.start + W]  # (H_kv, W, D_k), a view
+                v = pool.v[layer][:, c.start : c.start + W]
             else:
-                k, v = pool.read(layer, slots[s0:s1])  # (H_kv, S or count·S, D)
+                k, v = pool.read(layer, slots[s0:s1])  # (H_kv, W or count·W, D)
             if c.shared:
                 k, v = k[None].expand(count, -1, -1, -1), v[None].expand(count, -1, -1, -1)
             else:
-                k = k.view(Hkv, count, S, Dk).transpose(0, 1)  # (count, H_kv, S, D_k)
-                v = v.view(Hkv, count, S, v_dim).transpose(0, 1)
+                k = k.view(Hkv, count, W, Dk).transpose(0, 1)  # (count, H_kv, W, D_k)
+                v = v.view(Hkv, count, W, v_dim).transpose(0, 1)
             o_j, lse_j = _FLASH(q, k, v, 0.0, False, attn_mask=mask, scale=scaling)
-            o_j = o_j.reshape(count, H, v_dim)  # (count, H_kv, g, D_v) -> (count, H, D_v)
-            merged, l_new = merge(
-                o.index_select(0, idx),
-                lse.index_select(0, idx),
-                o_j.float(),
-                lse_j.reshape(count, H),
-            )
-            o.index_copy_(0, idx, merged)
-            lse.index_copy_(0, idx, l_new)
+            outs[c.step].index_copy_(0, idx, o_j.reshape(count, H, v_dim).float())
+            lses[c.step].index_copy_(0, idx, lse_j.reshape(count, H).float())
         out = query.new_zeros(B * T, H, v_dim)  # padding positions stay 0
-        out.index_copy_(0, src, o.to(out.dtype))
+        out.index_copy_(0, src, merge(outs, lses).to(out.dtype))
         return out.view(B, T, H, v_dim)

@@ -29,7 +29,7 @@ from .batch_invariant import QueryPoolLayer, QueryState, Unsplittable, WholeCont
 from .batch_plan import RowCalls
 from .block_attention import KeyBlocks
 from .model_call import ModelCall, keep_hidden
-from .query_plan import KEY_SPLIT, BlockPlan, QueryPlan, plan_blocks, plan_queries
+from .query_plan import BlockPlan, QueryPlan, plan_blocks, plan_queries
 
 __all__ = ["run_per_query"]
 
@@ -65,7 +65,7 @@ def run_per_query(mc: ModelCall, groups: list[list[TrieNode]], rows: RowCalls, b
         # the rows' causal mask only reaches a layer that bypasses the attention interface
         attention_mask = mc.masks(T, 0, t_t, p_t, plan.trees, anc_t, pos_t)
         reader = (
-            KeyBlocks(pool, kp, key_t, KEY_SPLIT)
+            KeyBlocks(pool, kp, key_t)
             if isinstance(kp, BlockPlan)
             else WholeContext(kp.buckets, *key_t)
         )

@@ -40,6 +40,7 @@ __all__ = [
     "BlockPlan",
     "KeyCall",
     "QueryPlan",
+    "key_blocks",
     "key_width",
     "plan_blocks",
     "plan_queries",
@@ -130,18 +131,39 @@ def plan_queries(
     return plan
 
 
+def key_blocks(n: int, split: int = KEY_SPLIT) -> list[tuple[int, int]]:
+    """The blocks ``(start, width)`` a query with ``n`` keys reads, in merge order.
+
+    The ``J = (n - 1) // split`` full blocks of ``split`` keys are taken in power-of-two runs
+    after the binary digits of ``J``, largest first (as a Fenwick tree does): ``J = 13`` gives
+    ``[0, 8s), [8s, 12s), [12s, 13s)``. Then the last block ``[J s, J s + s)``, of which the
+    query sees its first ``n - J s`` keys. A run starting at ``start`` is always preceded by
+    the runs of ``start``'s binary digits, so its position in the merge order is
+    ``popcount(start / split)`` whatever the query; and runs align to their width, so the
+    queries below a long prompt mostly read the same few runs.
+    """
+    last = (n - 1) // split
+    out, at = [], 0
+    for bit in reversed(range(last.bit_length())):
+        if last >> bit & 1:
+            out.append((at, split << bit))
+            at += split << bit
+    return [*out, (at, split)]
+
+
 @dataclass
 class KeyCall:
     """One attention call of the key-block layout: ``queries`` against one block of keys each.
 
-    ``step`` is the block's index ``j`` (keys ``j * KEY_SPLIT ..``), the order in which a
-    query's partial results are merged. ``shared``: one block for every query (``start >= 0``:
-    its slots are ``start, start + 1, ...``, a view of the pool; else ``slots`` holds its
-    ``KEY_SPLIT`` slots); otherwise ``slots`` holds ``count x KEY_SPLIT`` slots, a block per
-    query. ``masked``: each query's last block, of which it sees the first ``visible[i]`` keys.
+    ``step`` is the block's place in a query's merge order, ``width`` its number of keys.
+    ``shared``: one block for every query (``start >= 0``: its slots are ``start, start + 1,
+    ...``, a view of the pool; else ``slots`` holds its ``width`` slots); otherwise ``slots``
+    holds ``count x width`` slots, a block per query. ``masked``: each query's last block,
+    of which it sees the first ``visible[i]`` keys.
     """
 
     step: int
+    width: int
     masked: bool
     queries: list[int]
     shared: bool
@@ -155,7 +177,8 @@ class BlockPlan:
     """The key-block layout of one forward (see the module docstring)."""
 
     src: list[int]  # (n,) each query's flat index b*T + column, in node order
-    calls: list[KeyCall]  # in merge order: ascending step
+    calls: list[KeyCall]
+    steps: int  # the most blocks one query reads
 
     def index_lists(self) -> list[list[int]]:
         """``src`` then each call's queries, visible counts and slots, concatenated."""
@@ -163,20 +186,6 @@ class BlockPlan:
         visible = [v for c in self.calls for v in c.visible]
         slots = [s for c in self.calls for s in c.slots]
         return [self.src, queries, visible, slots]
-
-
-def _block_call(step: int, masked: bool, members: list, block: list[int]) -> KeyCall:
-    """A shared call: every member reads ``block`` (a view when its slots are contiguous)."""
-    contiguous = block == list(range(block[0], block[0] + len(block)))
-    return KeyCall(
-        step,
-        masked,
-        [q for q, _ in members],
-        True,
-        start=block[0] if contiguous else -1,
-        slots=[] if contiguous else block,
-        visible=[v for q, v in members] if masked else [],
-    )
 
 
 def plan_blocks(
@@ -187,35 +196,52 @@ def plan_blocks(
     max_slots: int = MAX_GATHER_SLOTS,
 ) -> BlockPlan:
     """The key-block layout of the new ``nodes`` (topological order; ``src[k]``: node ``k``'s
-    flat index in the rows). Blocks shared by two queries or more are one call each; the
-    rest of a step's blocks are gathered per query into calls of at most ``max_slots`` slots.
+    flat index in the rows): each query's :func:`key_blocks`. A full run is named by its width
+    and the node that ends it, a last block by the list it lies on; blocks read by two
+    queries or more are one call each, the others are gathered per query into calls of at
+    most ``max_slots`` slots, one per (step, width).
     """
-    # (step, masked) -> identity -> (list, first position, [(query, visible)])
-    steps: dict[tuple[int, bool], dict[int, tuple[list[int], int, list[tuple[int, int]]]]] = {}
+    # (step, width, masked) -> identity -> (list, start, [(query, visible)])
+    groups: dict[tuple[int, int, bool], dict[object, tuple[list[int], int, list]]] = {}
+    steps = 0
     for q, (keys, n) in enumerate(_path_lists(nodes)):
-        last = (n - 1) // split
-        for j in range(last):  # full blocks: named by the slot of the node that ends them
-            step = steps.setdefault((j, False), {})
-            step.setdefault(keys[(j + 1) * split - 1], (keys, j * split, []))[2].append((q, split))
-        # the last block: the list it lies on (its later entries are masked for this query)
-        step = steps.setdefault((last, True), {})
-        step.setdefault(id(keys), (keys, last * split, []))[2].append((q, n - last * split))
+        blocks = key_blocks(n, split)
+        steps = max(steps, len(blocks))
+        for step, (start, width) in enumerate(blocks[:-1]):
+            named = groups.setdefault((step, width, False), {})
+            named.setdefault(keys[start + width - 1], (keys, start, []))[2].append((q, width))
+        start = blocks[-1][0]
+        named = groups.setdefault((len(blocks) - 1, split, True), {})
+        named.setdefault((id(keys), start), (keys, start, []))[2].append((q, n - start))
     calls: list[KeyCall] = []
-    per_call = max(1, max_slots // split)
-    for (j, masked), blocks in sorted(steps.items()):
+    for (step, width, masked), named in sorted(groups.items()):
         alone: list[tuple[int, int, list[int]]] = []
-        for keys, at, members in blocks.values():
-            block = keys[at : at + split]
-            block += [scratch] * (split - len(block))
+        for keys, start, members in named.values():
+            block = keys[start : start + width]
+            block += [scratch] * (width - len(block))
             if len(members) > 1:
-                calls.append(_block_call(j, masked, members, block))
+                contiguous = block == list(range(block[0], block[0] + width))
+                calls.append(
+                    KeyCall(
+                        step,
+                        width,
+                        masked,
+                        [q for q, _ in members],
+                        True,
+                        start=block[0] if contiguous else -1,
+                        slots=[] if contiguous else block,
+                        visible=[v for _, v in members] if masked else [],
+                    )
+                )
             else:
                 alone.append((*members[0], block))
+        per_call = max(1, max_slots // width)
         for first in range(0, len(alone), per_call):
             chunk = alone[first : first + per_call]
             calls.append(
                 KeyCall(
-                    j,
+                    step,
+                    width,
                     masked,
                     [q for q, _, _ in chunk],
                     False,
@@ -223,4 +249,4 @@ def plan_blocks(
                     visible=[v for _, v, _ in chunk] if masked else [],
                 )
             )
-    return BlockPlan(list(src), calls)
+    return BlockPlan(list(src), calls, steps)
