@@ -65,6 +65,7 @@ from .arch import Architecture, inspect_architecture
 from .batch_plan import Request, RowCalls, count_new_tokens, group_paths
 from .exactness import rounding_tolerance, verify_exact
 from .fast_linear import linear_rows
+from .lm_head import head_logprobs
 from .load import (
     check_device,
     check_dtype,
@@ -414,25 +415,10 @@ class CachedCausalLM(HFTokenizerLM):
 
     def _logprobs_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """Normalised float32 log-probs ``(n, V)`` from final hidden states ``(n, D)``
-        (batch-invariant: the head runs on the row counts of :attr:`row_calls`)."""
-        if not self._batch_invariant:
-            return self._head_logprobs(hidden)
-        rows, out = self._rows, []
-        for a, b in rows.calls(hidden.shape[0]):
-            h = hidden[a:b]  # (k, D)
-            pad = rows.rows(b - a) - (b - a)
-            if pad:
-                h = torch.cat([h, h.new_zeros(pad, h.shape[1])])
-            out.append(self._head_logprobs(h)[: b - a])
-        return out[0] if len(out) == 1 else torch.cat(out)
+        (:func:`~llamppl.lm.hf.lm_head.head_logprobs`; batch-invariant: on :attr:`row_calls`)."""
+        rows = self._rows if self._batch_invariant else None
+        return head_logprobs(self._head, self._arch, hidden, self._device, rows)
 
-    def _head_logprobs(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The LM head, the config's logit transforms and a float32 log-softmax, row by row."""
-        logits = self._head(hidden.to(self._head.weight.device)).float()  # (n, V)
-        logits = self._arch.transform_logits(logits)
-        return torch.log_softmax(logits, dim=-1).to(self._device)
-
-    # ------------------------------------------------------------------ the forward
     def _forward(self, requests: list[Request]) -> list[tuple[int, TrieNode, torch.Tensor]]:
         """Insert the requests' new tokens, run them in one forward, store K/V and hidden states.
 

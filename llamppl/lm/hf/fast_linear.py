@@ -133,10 +133,10 @@ class FP16Linear(torch.nn.Linear):
         return super().extra_repr() + ", float16 weights packed for FBGEMM"
 
 
-def k_blocks(k: int) -> list[tuple[int, int]]:
-    """The column ranges ``[a, b)`` a ``K``-wide weight is packed in: ``ceil(K / K_BLOCK)``
-    near-equal blocks (one block when ``K <= K_BLOCK``)."""
-    n = -(-k // K_BLOCK)
+def k_blocks(k: int, k_block: int = K_BLOCK) -> list[tuple[int, int]]:
+    """The column ranges ``[a, b)`` a ``K``-wide weight is packed in: ``ceil(K / k_block)``
+    near-equal blocks (one block when ``K <= k_block``)."""
+    n = -(-k // k_block)
     step = -(-k // n)
     return [(a, min(k, a + step)) for a in range(0, k, step)]
 
@@ -145,17 +145,18 @@ class PackedFP16:
     """A float32 ``(N, K)`` weight rounded to float16 and packed for FBGEMM, K-block by K-block.
 
     ``packed(x)`` is ``x · fp16(W)ᵀ`` ``(M, N)`` float32 for ``x`` ``(M, K)`` float32: one
-    FBGEMM call per K-block (:func:`k_blocks`), each summing its products from zero, and the
+    FBGEMM call per K-block (:func:`k_blocks`; ``k_block >= K``: one chain, as FBGEMM alone
+    sums), each summing its products from zero, and the
     blocks' partial products added in order. FBGEMM sums an output's ``K`` products in one
     float32 chain; once a large partial sum is in it, every later addition rounds at that
     scale, so a block that starts from zero keeps the error of the small terms small.
     """
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, k_block: int = K_BLOCK) -> None:
         w = weight.float()
         self.blocks = [
             (a, b, torch.ops.quantized.linear_prepack_fp16(w[:, a:b].contiguous(), None))
-            for a, b in k_blocks(w.shape[1])
+            for a, b in k_blocks(w.shape[1], k_block)
         ]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

@@ -10,20 +10,22 @@ function of the query's own context. Two layouts:
   one width form a bucket, one call each. Used where a layer has a sliding window or runs
   the model's eager attention. Each query gathers its whole context: O(n) copies per query.
 - **Key blocks** (:func:`plan_blocks`): positions are cut at fixed absolute multiples of
-  :data:`KEY_SPLIT`. A query with ``n`` keys reads the full blocks ``j = 0 .. J - 1``
-  (``J = (n - 1) // KEY_SPLIT``) and its last block ``J``, whose columns past its own ``n``
-  are masked; each block is one partial attention (output and log-sum-exp), merged in block
-  order (:mod:`llamppl.lm.hf.block_attention`). A full block is a trie path, named by the node
-  that ends it: queries that share it (the rows below one prompt, the tokens of a prompt)
-  read its keys once — a view of the pool when its slots are contiguous — in one call. A
-  masked last block's extra columns hold whatever follows on the query's list (the next
-  tokens of its prompt) or the scratch slot: masked keys change no bit of the result, so
-  the tokens of one prompt block share their last block too. Long shared prompts then cost
-  one read of their keys per call instead of one gather per query::
+  :data:`KEY_SPLIT` (``S``). A query with ``n`` keys has ``J = (n - 1) // S`` full blocks,
+  read in power-of-two runs after ``J``'s binary digits (:func:`key_blocks`: ``J = 15`` reads
+  ``[0, 8S)``, ``[8S, 12S)``, ``[12S, 14S)``, ``[14S, 15S)``), then its last block
+  ``[J S, J S + S)``, whose columns past its own ``n`` are masked. Each run or block is one
+  partial attention (output and log-sum-exp), merged in that order
+  (:mod:`llamppl.lm.hf.block_attention`). A run is a trie path, named by its width and the
+  node that ends it: queries that share it (the rows below one prompt, the tokens of a
+  prompt) read its keys once — a view of the pool when its slots are contiguous — in one
+  call. A masked last block's extra columns hold whatever follows on the query's list (the
+  next tokens of its prompt) or the scratch slot: masked keys change no bit of the result,
+  so the tokens of one prompt block share their last block too. Rows below a 1,000-token
+  prompt then read it in four shared calls per layer instead of one gather per row::
 
       bp = plan_blocks(nodes, src, scratch=pool.scratch)
       bp.src                  # (n,) each query's flat index in the rows
-      bp.calls                # KeyCall per attention call, in merge order (ascending step)
+      bp.calls                # KeyCall per attention call: step, width, queries, slots
 """
 
 from __future__ import annotations
