@@ -31,7 +31,8 @@ Measurements, all in one process:
    asks every row's next-token log-probs after one new token, i.e. ONE forward of
    ``rows`` new tokens over the trie cache, in the per-row layout
    (``batch_invariant=False``) for every kernel. Candidates are interleaved within every
-   repeat; the table prints medians over ``--repeats`` and the ratio to ``fp32``
+   repeat; the table prints medians of CPU time (one thread: robust to other load on
+   the machine) over ``--repeats`` and the ratio to ``fp32``
    measured in the same run, with the work counts (forward calls, tokens run), which
    must be equal across candidates.
 1b. **The default layout**: the same steps and a ``--prefill``-token prefill with the
@@ -257,8 +258,9 @@ def batch_invariance(models: dict, hidden: torch.Tensor) -> dict[str, tuple[floa
     """
     from llamppl.lm.hf.fast_linear import linear_rows
 
-    def padded(mod, x, rows):  # the call the layout makes: rows of x, then zero rows
-        return mod(torch.cat([x, x.new_zeros(rows.rows(len(x)) - len(x), x.shape[1])]))
+    def padded(mod, x, rows):  # row 0's call as the layout makes it: its rows, then zero rows
+        a, b = rows.calls(len(x))[0]
+        return mod(torch.cat([x[a:b], x.new_zeros(rows.rows(b - a) - (b - a), x.shape[1])]))
 
     out = {}
     with torch.inference_mode():
@@ -294,9 +296,9 @@ def step_times(lms: dict, tokenizer, rows: int, context: int, repeats: int):
         for kind, lm in lms.items():
             step = [c + (30000 + r,) for c in ctxs]  # a new sibling token each repeat
             f0, t0 = lm.stats.forward_calls, lm.stats.tokens_run
-            start = time.perf_counter()
+            start = time.process_time()  # CPU s: one thread, robust to other load
             lm.batch_next_token_logprobs(step)
-            elapsed = time.perf_counter() - start
+            elapsed = time.process_time() - start
             if r >= 2:  # two warm-up steps
                 times[kind].append(elapsed)
                 fw, tk = work.get(kind, (0, 0))
@@ -312,9 +314,9 @@ def prefill_times(lms: dict, tokenizer, length: int, repeats: int) -> dict[str, 
     for _ in range(repeats):
         for kind, lm in lms.items():
             lm.clear_cache()
-            start = time.perf_counter()
+            start = time.process_time()
             lm.batch_next_token_logprobs([ctx])
-            times[kind].append(time.perf_counter() - start)
+            times[kind].append(time.process_time() - start)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -398,7 +400,7 @@ def main() -> None:
     kl, n_tokens = kl_per_token(models, tokenizer)
     print(
         f"\nthe batch-invariant layout (default) beside the per-row one: decode step (median of "
-        f"{args.repeats}) at each row count and a {args.prefill}-token prefill (median of "
+        f"{args.repeats}, CPU) at each row count and a {args.prefill}-token prefill (median of "
         f"{max(3, args.repeats // 2)}), ms (× per-row)"
     )
     for kind in layouts:
@@ -417,7 +419,7 @@ def main() -> None:
     invariance = batch_invariance(models, hidden.last_hidden_state[0])
 
     head = f"{'rows':>5} " + " ".join(f"{k:>16}" for k in kinds) + "   forwards/tokens per step"
-    print(f"\ndecode step, context {args.context}, median of {args.repeats} (ms, ×fp32)")
+    print(f"\ndecode step, context {args.context}, median of {args.repeats} (CPU ms, ×fp32)")
     print(head)
     for rows in args.rows:
         base_t = times[rows]["fp32"]

@@ -20,12 +20,16 @@ context alone (the layout: :mod:`llamppl.lm.hf.per_query_forward`):
 - **Attention** is computed per query over its own keys, read from the
   :class:`~llamppl.lm.hf.kv_pool.KVPool` in position order, in calls whose shapes depend on
   the query's context only (:mod:`llamppl.lm.hf.query_plan`). ``sdpa`` models without
-  sliding windows cut the keys into blocks at fixed absolute positions and merge per-block
-  results in block order (:mod:`llamppl.lm.hf.block_attention`): a block shared by many
-  queries (a long prompt below every row) is read once per call. Other models read each
-  query's whole context, end padded to a multiple of 8 columns, with the model's own
-  attention function (``sdpa`` or ``eager``) on one query per batch entry.
-- **No shared-prefix merge**: the prefix is read per query (it is part of its key list).
+  sliding windows, on the CPU, cut the keys into blocks at fixed absolute positions and
+  merge per-block results in block order (:mod:`llamppl.lm.hf.block_attention`): a block
+  shared by many queries (a long prompt below every row) is read once per call, so 16 and
+  64 rows below a 1,000-token prompt cost 1.2-1.3x the per-row forward's decode steps
+  (was 2.3x and 4.8x when each query gathered its whole context;
+  ``benchmarks/reports/smc_step.md``). Other models read each query's whole context, end
+  padded to a multiple of 8 columns, with the model's own attention function (``sdpa`` or
+  ``eager``) on one query per batch entry.
+- **No shared-prefix merge across queries**: where the prompt ends does not decide how a
+  query's softmax is split; the block boundaries are the same for every context.
 - **One thread for attention.** With several intra-op threads, CPU attention kernels split a
   small batch's work across threads differently for different batch sizes (measured,
   torch 2.13: ``sdpa`` and ``matmul`` attention at 2 threads give a query other bits beside
@@ -41,8 +45,9 @@ subprocess with ``FBGEMM_ENABLE_INSTRUCTIONS=AVX2``, ``ATEN_CPU_CAPABILITY=avx2`
 
 Not covered: mixture-of-experts layers run each expert's product on the tokens routed to it,
 so their bits still depend on the batch (the log-probs stay exact). On a GPU the layout is
-the same (batched gathers and calls, no per-row host sync), but the kernels' invariance is
-only measured on CPUs here (a GPU's split-K products and split-KV decoding are not).
+the same with whole contexts (batched gathers and calls, no per-row host sync), but the
+kernels' invariance is only measured on CPUs here (a GPU's split-K products and split-KV
+decoding are not).
 
 The K/V cache, the trie and the work counts are those of the per-row forward; every new
 token still runs once. Index data still goes to the device in one upload; the calls'

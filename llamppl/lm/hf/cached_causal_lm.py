@@ -174,7 +174,10 @@ class CachedCausalLM(HFTokenizerLM):
         self._pool = self._cache.pool
         self.stats: CacheStats = CacheStats()
         self._rows = linear_rows(hf_model)
-        self._blocks = self._prefix_eligible  # key blocks: sdpa, no sliding windows
+        # key blocks (block_attention): sdpa, no sliding windows, on the CPU's flash kernel
+        self._blocks = self._prefix_eligible and all(
+            d.type == "cpu" for d in self._arch.layer_devices
+        )
         self._call = ModelCall(
             self._base,
             config,
