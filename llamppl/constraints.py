@@ -3,10 +3,13 @@
 A constraint says which texts are allowed: a prefix check ("can this still be completed?"),
 a complete check ("may the text end here?") and, when it can, a batched mask of the allowed
 next tokens. Programs take them: :class:`~llamppl.models.HardConstraint` conditions an LM on
-any of them, exactly, with SMC. Compose them with ``&``::
+any of them, exactly, with SMC. Compose them with ``&``. Every constraint and conjunction
+also judges strings with no LM, as its token-level walk does: ``c.accepts_prefix(text)``
+(False for a dead end) and ``c.accepts_end(text)``::
 
     from llamppl.constraints import word_count, last_word_of_sentences, max_word_length
     c = word_count(exactly=8) & last_word_of_sentences(["ocean"])
+    c.accepts_prefix("We walked to the"), c.accepts_end("We walked down to the calm blue ocean.")
 
 - **The protocol** — :class:`Constraint` (subclass it), :class:`PredicateConstraint` (a
   plain callable, with an optional separate complete check), :class:`AllOf` (``a & b``),
@@ -14,7 +17,8 @@ any of them, exactly, with SMC. Compose them with ``&``::
   bound).
 - **Characters** — :func:`max_word_length`, :func:`banned_words`, :func:`regex_prefix`.
 - **Tokenizations** — :func:`canonical` (:class:`Canonical`): the generated tokens are the
-  tokenizer's own spelling of their text (canonical BPE; :mod:`llamppl.lm.bytes.canonical`).
+  tokenizer's own spelling of their text (canonical BPE; :mod:`llamppl.lm.bytes.canonical`);
+  ``canonical(after=..., lm=lm)`` judges texts by that spelling.
 - **Grammars** — :class:`Grammar` (``Grammar.from_regex``, ``Grammar.from_lark``,
   ``Grammar.from_json_schema`` with a JSON Schema or a Pydantic model class).
 - **Text structure** (COLLIE; the ``collie`` extra) — counts (:func:`char_count`,
@@ -41,7 +45,9 @@ any of them, exactly, with SMC. Compose them with ``&``::
   and its targets as these constraints) and :func:`token_budget` (``max_tokens`` from a
   constraint's counts and targets).
 - **JSON** — :class:`JSONBudget`, the size budget of a JSON Schema grammar (``budget=`` of
-  ``Grammar.from_json_schema``, ``GrammarConstraint`` and ``generate_json``).
+  ``Grammar.from_json_schema``, ``GrammarConstraint`` and ``generate_json``), with the
+  spelling the target fixes: numbers, and the order of an object's keys (``key_order``:
+  the schema's, as ``Grammar.order_keys`` writes it, or any).
 - **Chemistry** (the ``chem`` extra: ``pip install 'llamppl[chem]'``) — :func:`smiles`: the
   text is a SMILES string (a partial-SMILES prefix check closed under prefixes, and
   partialsmiles' full parse as the complete check), and :func:`open_closures`, the ring bonds and branches a prefix leaves

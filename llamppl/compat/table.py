@@ -174,7 +174,7 @@ ALIASES: dict[str, str] = {
     "llamppl.lm.base:LanguageModel.clear_kv_cache": f"{_ADAPTERS}:clear_kv_cache",
     "llamppl.lm.base:LanguageModel.backend": f"{_ADAPTERS}:backend",
     "llamppl.lm.masks:VocabMasks.END_PUNCTUATION": "llamppl.lm.masks:VocabMasks.END_SENTENCE_PUNCT",
-    "llamppl.decoding.grammar.compile:Grammar.from_json_schema": f"{_ADAPTERS}:budget_keywords",
+    "llamppl.decoding.grammar.constraint:Grammar.from_json_schema": f"{_ADAPTERS}:budget_keywords",
     "llamppl.models.grammar:GrammarConstraint.__init__": f"{_ADAPTERS}:budget_keywords",
     "llamppl.inference.result:SMCResult.__add__": f"{_ENGINES}:particles_plus",
     "llamppl.inference.result:SMCResult.__radd__": f"{_ENGINES}:plus_particles",

@@ -96,6 +96,10 @@ class LRU(Generic[K, V]):
         while len(self._data) > self.capacity:
             self._data.popitem(last=False)
 
+    def pop(self, key: K) -> V | None:
+        """Drop the entry under ``key`` and return its value (None if there was none)."""
+        return self._data.pop(key, None)
+
     def clear(self) -> None:
         """Drop every entry."""
         self._data.clear()

@@ -18,6 +18,15 @@ token) checks only the tokens it draws::
 
     from llamppl.constraints import canonical
     model = HardConstraint(lm, prompt, canonical(after=lm.encode(prompt)), max_tokens=20)
+
+**String verdicts.** Canonicity is a property of token strings; a text has exactly one
+canonical spelling, the tokenizer's own ``lm.encode(text)``. So ``accepts_prefix(text)`` and
+``accepts_end(text)`` are the verdicts of the walk of that spelling (the pair tests from the
+prompt's last token on, then the complete check): whether the LM can write ``text``
+canonically after the prompt. They need the tokenizer's LM, given as ``lm=``::
+
+    c = canonical(after=lm.encode(prompt), lm=lm)
+    c.accepts_end(" Paris")     # True unless the prompt's last token merges with " Paris"
 """
 
 from __future__ import annotations
@@ -41,10 +50,16 @@ class Canonical(Constraint):
     ----------
     after : int | None
         The prompt's last token id, paired with the first generated token (None: no pair).
+    lm : LanguageModel | None
+        The LM whose tokenizer spells texts for the string verdicts (module docstring);
+        the token-level protocol takes its LM as an argument and does not need it.
     """
 
-    def __init__(self, after: int | None = None) -> None:
+    def __init__(self, after: int | None = None, lm: LanguageModel | None = None) -> None:
+        if lm is not None and not isinstance(lm, LanguageModel):
+            raise TypeError(f"lm must be a LanguageModel or None, got {type(lm).__name__}")
         self.after = None if after is None else int(after)
+        self.lm = lm
 
     def start(self, lm: LanguageModel) -> tuple[int | None, tuple[int, ...]]:
         return (self.after, ())
@@ -74,6 +89,31 @@ class Canonical(Constraint):
     def text_check(self, lm: LanguageModel, state: Any):
         return None  # the check is on tokens, not on text
 
+    def walk(self, text: str) -> tuple[bool, bool]:
+        """``(prefix, end)``: the walk of ``lm.encode(text)`` (module docstring), with the
+        ``lm`` given at construction."""
+        if self.lm is None:
+            raise ValueError(
+                "canonical judges token strings: give lm= (canonical(after=..., lm=lm)) to "
+                "judge texts by the tokenizer's own spelling"
+            )
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        state = self.start(self.lm)
+        for token in self.lm.encode(text):
+            if not self.allows(self.lm, state, token):
+                return False, False
+            state = self.advance(self.lm, state, token)
+        return True, self.ends(self.lm, state)
+
+    def accepts_prefix(self, text: str) -> bool:
+        """Whether the tokenizer's own spelling of ``text`` passes every pair test."""
+        return self.walk(text)[0]
+
+    def accepts_end(self, text: str) -> bool:
+        """Whether the LM may write ``text`` canonically and end (the walk's complete check)."""
+        return self.walk(text)[1]
+
     def text_of(self, lm: LanguageModel, state: Any) -> str:
         return lm.decode(list(state[1]))
 
@@ -81,10 +121,13 @@ class Canonical(Constraint):
         return ("canonical", self.after)
 
 
-def canonical(after: Sequence[int] | int | None = None) -> Canonical:
+def canonical(
+    after: Sequence[int] | int | None = None, lm: LanguageModel | None = None
+) -> Canonical:
     """The constraint "the generated tokens are canonical"; ``after`` is the prompt's token
-    ids (or its last id), whose last token is paired with the first generated one."""
+    ids (or its last id), whose last token is paired with the first generated one; ``lm``,
+    the LM whose tokenizer spells texts for ``accepts_prefix`` / ``accepts_end``."""
     if after is None or isinstance(after, int):
-        return Canonical(after)
+        return Canonical(after, lm)
     ids = list(after)
-    return Canonical(ids[-1] if ids else None)
+    return Canonical(ids[-1] if ids else None, lm)

@@ -48,6 +48,21 @@ enforces any of them and ``&`` composes any two:
     prefixes (:mod:`~llamppl.decoding.proposals.vocab_trie`). Undeclared (the default), every token's
     whole text is checked, as the sampling formulation does.
 
+**String verdicts.** Every constraint and every conjunction judges a text with no LM:
+``c.accepts_prefix(text)`` (can it still be completed? False for a dead end) and
+``c.accepts_end(text)`` (may the text end here?). They give the verdict of the token-level
+walk above on any token string that spells the text (the walk asks ``allows`` at each token
+boundary, then ``ends``): a text constraint answers with its own prefix and complete checks
+(the walk's last step; the earlier steps agree when the prefix check is closed under prefixes,
+as "can it still be completed?" is), a grammar with the engine's byte-level walk
+(:mod:`~llamppl.decoding.grammar.strings`), :func:`~llamppl.constraints.canonical` with the
+walk of the tokenizer's own spelling of the text, a conjunction with every part, and any
+other constraint with its own state with the walk of the text one character per token
+(:func:`walk_characters`)::
+
+    c = max_word_length(5) & banned_words(["rates"])
+    c.accepts_prefix("The Fed ra"), c.accepts_end("The Fed says rates")   # (True, False)
+
 **Text constraints.** :class:`Constraint` itself is the text constraint: its state is
 the generated text ``s`` (the concatenation of ``lm.vocab[t]`` over the generated
 tokens, so appending ``w`` appends exactly ``lm.vocab[w]``), and a subclass answers on
@@ -99,6 +114,7 @@ __all__ = [
     "finish_rows",
     "may_list",
     "sound_listings",
+    "walk_characters",
 ]
 
 _SOUND_LISTINGS: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -158,9 +174,30 @@ class Constraint:
     def __call__(self, text: str) -> bool:
         raise NotImplementedError(f"{type(self).__name__} must implement __call__(text)")
 
+    @property
+    def judges_text(self) -> bool:
+        """Whether the subclass implements the text interface (``__call__``)."""
+        return type(self).__call__ is not Constraint.__call__
+
+    def accepts_prefix(self, text: str) -> bool:
+        """Whether ``text`` can still be completed into a text this constraint accepts (False
+        for a dead end), as the token-level walk judges it (module docstring, "String
+        verdicts"): the prefix check ``self(text)`` for a text constraint, else the walk of
+        ``text`` one character per token (:func:`walk_characters`)."""
+        if self.judges_text:
+            return bool(self(text))
+        return walk_characters(self, text)[0]
+
     def accepts_end(self, text: str) -> bool:
-        """Whether the string may end (be followed by EOS) after ``text``."""
-        return bool(self(text))
+        """Whether the string may end (be followed by EOS) after ``text``: the complete check.
+
+        The default is the prefix check (a text constraint whose end is not special); a
+        constraint with its own state and no text interface answers with the walk of
+        ``text`` one character per token (:func:`walk_characters`).
+        """
+        if self.judges_text:
+            return bool(self(text))
+        return walk_characters(self, text)[1]
 
     def allowed_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
         """``(V,)`` bool: which next tokens keep ``text`` in the set C, listed on the vocabulary's
@@ -320,6 +357,14 @@ class PredicateConstraint(Constraint):
     extension of a text it rejects (as "can this still be completed?" is); the vocabulary's
     trie is then pruned on character prefixes, so a dead end costs a few hundred calls
     instead of one per token. A false declaration changes the target.
+
+    String verdicts: ``accepts_prefix(text)`` is ``fn(text)`` and ``accepts_end(text)`` the
+    complete check (with ``fn(text)`` for a non-empty text). A token-level walk asks ``fn``
+    at every token boundary, so when ``fn`` is closed under prefixes the verdicts are the
+    walk's on every spelling of the text. When it is not declared so, ``fn(text)`` is the
+    verdict of the walk's last step only: a walk that wrote ``text`` in tokens also passed
+    ``fn`` on the texts at the earlier boundaries, which this verdict does not ask; it is
+    the walk's verdict for the spellings whose earlier boundaries ``fn`` accepts.
     """
 
     def __init__(
@@ -347,9 +392,16 @@ class PredicateConstraint(Constraint):
 
     def accepts_end(self, text: str) -> bool:
         """The complete check: ``complete(text)`` when one was given, else ``fn(text)`` (the
-        prefix check alone: a text is accepted when it may still be completed)."""
+        prefix check alone: a text is accepted when it may still be completed).
+
+        With ``complete``, a non-empty text must also pass ``fn``, as every text a walk
+        reaches has (asked through the memo of :meth:`~Constraint.checked`, which the walk
+        filled at the text's last token: no second call there).
+        """
         if self.complete is None:
             return self(text)
+        if text and not self.checked(False, text):
+            return False
         self.calls += 1
         return bool(self.complete(text))
 
@@ -422,7 +474,12 @@ class AllOf(Constraint):
     def __call__(self, text: str) -> bool:
         return all(self.parts[i](text) for i in self._order)
 
+    def accepts_prefix(self, text: str) -> bool:
+        """Every part (implied parts included) can still complete ``text``."""
+        return all(self.parts[i].accepts_prefix(text) for i in self._order)
+
     def accepts_end(self, text: str) -> bool:
+        """Every part (implied parts included) lets the text end here."""
         return all(self.parts[i].accepts_end(text) for i in self._order)
 
     def allowed_mask(self, lm: LanguageModel, text: str) -> torch.Tensor:
@@ -534,3 +591,23 @@ def as_constraint(
 
 def _anything(text: str) -> bool:
     return True
+
+
+def walk_characters(c: Constraint, text: str) -> tuple[bool, bool]:
+    """``(prefix, end)``: the token-level walk of ``text`` through ``c``, one character per
+    token, on a :class:`~llamppl.FunctionLM` whose vocabulary is the text's characters:
+    whether every character is allowed, and whether ``ends`` then holds (False when not)."""
+    from llamppl.lm.function_lm import FunctionLM
+
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    vocab = ["<s>", *sorted(set(text)), "</s>"]
+    ids = {char: i for i, char in enumerate(vocab)}
+    lm = FunctionLM(vocab, len(vocab) - 1, lambda ctx: [0.0] * len(vocab), bos_token_id=0)
+    state = c.start(lm)
+    for char in text:
+        token = ids[char]
+        if not c.allows(lm, state, token):
+            return False, False
+        state = c.advance(lm, state, token)
+    return True, bool(c.ends(lm, state))

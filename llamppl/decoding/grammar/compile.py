@@ -35,8 +35,13 @@ object (or a number) rarely closes it and every particle then dies at the token 
 (``docs/programs/structured.md`` argues the choice). A field set to ``None`` /
 ``closed_objects=False`` turns that part off.
 
-Only such refusals raise ``ValueError``, quoting llguidance. Compiled grammars are cached per schema and options
-(:func:`json_grammar`).
+Only such refusals raise ``ValueError``, quoting llguidance. Compiled grammars are cached per
+schema and options (:func:`json_grammar`; :func:`clear_cache` forgets them).
+
+Beside the budget, the schema given to llguidance reads ``$ref`` as the schema's draft does,
+spells numbers in any JSON form under ``max_decimals=None`` and takes keys in the order
+``key_order`` says (:mod:`~llamppl.decoding.grammar.json_forms`); llguidance lets a string
+spell any character as ``\\uXXXX``.
 
 The whole compile (every tier; not the reading and hashing of the schema for the cache)
 is bounded in time (``compile_timeout``, default :data:`DEFAULT_COMPILE_TIMEOUT` seconds):
@@ -60,12 +65,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
-import torch
-
-from llamppl.decoding.constraints.protocol import Constraint, ConstraintFailure
 from llamppl.decoding.constraints.time_bound import check_timeout_seconds
+from llamppl.decoding.grammar.constraint import (
+    DEFAULT_COMPILE_TIMEOUT,
+    Grammar,
+    engine_error,
+    validate,
+)
 from llamppl.decoding.grammar.json_budget import (
     MAX_ARRAY_ITEMS,
     MAX_DECIMALS,
@@ -76,12 +84,12 @@ from llamppl.decoding.grammar.json_budget import (
     cap_sizes,
 )
 from llamppl.decoding.grammar.json_check import SchemaCheck, normalize_schema
+from llamppl.decoding.grammar.json_forms import grammar_schema, without_min_properties
 from llamppl.decoding.grammar.json_patterns import JSONStringPatterns
 from llamppl.decoding.grammar.json_relax import is_refusal, skeleton, strip_unsupported
-from llamppl.decoding.grammar.masks import allowed_masks, apply_masks, forced_token
-from llamppl.decoding.grammar.matcher import MatcherState, require_llguidance
-from llamppl.decoding.grammar.native_stack import NativeCall, on_native_stack
-from llamppl.lm.base import LanguageModel
+from llamppl.decoding.grammar.matcher import require_llguidance
+from llamppl.decoding.grammar.native_stack import NativeCall
+from llamppl.decoding.grammar.strings import forget_kept
 
 __all__ = [
     "Grammar",
@@ -89,6 +97,7 @@ __all__ = [
     "DEFAULT_COMPILE_TIMEOUT",
     "require_llguidance",
     "json_grammar",
+    "clear_cache",
     "JSONBudget",
     "cap_sizes",
     "WHITESPACE",
@@ -98,11 +107,14 @@ __all__ = [
 ]
 
 _RELAX = {"coerce_one_of": True, "lenient": True}
+#: Options of every JSON compile: a string may spell any character as ``\\uXXXX`` (as
+#: ``json.dumps`` does by default), not only the control characters.
+_ESCAPES = {"json_allow_general_unicode_escapes": True}
+#: llguidance's warning when its lenient reading of ``minProperties`` counts only the keys
+#: beyond ``properties`` (a smaller language: :func:`~.json_forms.without_min_properties`).
+_MIN_PROPERTIES_WARNING = "min/maxProperties only supported"
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 256
-#: Default bound on compiling one JSON Schema (every tier), in seconds: under 10 s with the
-#: schema's reading and hashing (about a second for an 11 MB schema) added.
-DEFAULT_COMPILE_TIMEOUT = 8.0
 
 
 class CompileTimeout(ValueError):
@@ -113,169 +125,55 @@ class _Abandoned(Exception):
     """Raised on a compile's worker thread when its caller stopped waiting for it."""
 
 
-def _engine_error(spec: str) -> str | None:
-    """llguidance's error for a grammar string, or None if it compiles (warnings allowed)."""
-    message = require_llguidance().LLMatcher.validate_grammar(spec)
-    if message and not message.startswith("WARNING"):
-        return message.strip()
-    return None
-
-
-class Grammar(Constraint):
-    """A grammar compiled for llguidance, validated at construction; a constraint.
-
-    Build with :meth:`from_json_schema`, :meth:`from_regex` or :meth:`from_lark`. As a
-    :class:`~llamppl.decoding.constraints.protocol.Constraint` its state is a
-    :class:`~llamppl.decoding.grammar.matcher.MatcherState`: the prefix check asks the
-    matcher whether a token may come next, the complete check is "the matcher accepts"
-    and, for a JSON Schema, the full ``jsonschema`` check of the text (the final
-    potential), and the batched mask is llguidance's (one engine call for all
-    particles). ``grammar & predicate`` adds a Python check, for example on the values
-    of a JSON object.
-
-    Attributes
-    ----------
-    kind : str
-        ``"json_schema"``, ``"regex"`` or ``"lark"`` (the argument it came from).
-    source : Any
-        The user's schema / pattern / grammar text.
-    spec : str
-        The llguidance grammar string given to ``LLMatcher``.
-    check : SchemaCheck | None
-        For JSON Schemas: full validation of a finished text (the final potential).
-    relaxed : tuple[str, ...]
-        Why the exact compiler refused the schema (empty when it compiled exactly).
-    prefix_checks : JSONStringPatterns | None
-        The string patterns the grammar dropped, as a prefix check on the JSON text.
-    """
-
-    def __init__(
-        self,
-        kind: str,
-        source: Any,
-        spec: str,
-        check: SchemaCheck | None = None,
-        relaxed: tuple[str, ...] = (),
-        prefix_checks: JSONStringPatterns | None = None,
-    ) -> None:
-        error = on_native_stack(partial(_engine_error, spec))  # a plain call on a worker
-        if error:
-            raise ValueError(f"invalid {kind}: llguidance says: {error}")
-        self.kind, self.source, self.spec = kind, source, spec
-        self.check, self.relaxed = check, tuple(relaxed)
-        self.prefix_checks = prefix_checks
-
-    @classmethod
-    def from_json_schema(
-        cls,
-        schema: Any,
-        *,
-        relax: bool = True,
-        budget: JSONBudget | None = None,
-        compile_timeout: float | None = DEFAULT_COMPILE_TIMEOUT,
-    ) -> Grammar:
-        """JSON Schema given as a dict, a JSON string, or a pydantic model class (cached);
-        the whitespace and size budget as ``budget=`` (a
-        :class:`~llamppl.decoding.grammar.json_budget.JSONBudget`, None: the default), the
-        time bound as ``compile_timeout`` (:func:`json_grammar`)."""
-        return json_grammar(schema, relax=relax, budget=budget, compile_timeout=compile_timeout)
-
-    @classmethod
-    def from_regex(cls, regex: str) -> Grammar:
-        """A regular expression the whole generated text must match."""
-        if not isinstance(regex, str):
-            raise TypeError(f"regex must be a str, got {type(regex).__name__}")
-        return cls("regex", regex, require_llguidance().LLMatcher.grammar_from_regex(regex))
-
-    @classmethod
-    def from_lark(cls, lark: str) -> Grammar:
-        """A Lark grammar (llguidance dialect; the start rule is ``start``)."""
-        if not isinstance(lark, str):
-            raise TypeError(f"lark must be a str, got {type(lark).__name__}")
-        return cls("lark", lark, require_llguidance().LLMatcher.grammar_from_lark(lark))
-
-    # ------------------------------------------------------------ the constraint protocol
-    cheap_mask = True
-
-    def start(self, lm: LanguageModel) -> MatcherState:
-        return MatcherState(lm, self)
-
-    def allows(self, lm: LanguageModel, state: MatcherState, token: int) -> bool:
-        return state.allows(token)
-
-    def ends(self, lm: LanguageModel, state: MatcherState) -> bool:
-        if not state.accepting:
-            return False
-        return self.check is None or self.check(lm.decode(state.consumed))
-
-    def end_failure(self, lm: LanguageModel, state: MatcherState) -> str | None:
-        """Why an accepting state may not end: the schema check's error (None otherwise)."""
-        if state.accepting and self.check is not None and not self.check(lm.decode(state.consumed)):
-            return f"schema check: {self.check.last_error}"
-        return None
-
-    def advance(self, lm: LanguageModel, state: MatcherState, token: int) -> MatcherState:
-        if not state.consume(token):
-            error = state.engine_error or "the engine rejected a token it allowed"
-            raise ConstraintFailure(f"grammar engine: {error.splitlines()[0]}")
-        return state
-
-    def masks(self, lm: LanguageModel, states) -> torch.Tensor:
-        return allowed_masks(lm, list(states))
-
-    def masked_probs(self, lm, states, log_probs, ends, end_ids, final):
-        """:func:`~llamppl.decoding.grammar.masks.apply_masks`: the bit-level fast path."""
-        return apply_masks(lm, list(states), log_probs, final, ends=ends, end_ids=end_ids)
-
-    def forced(self, lm: LanguageModel, state: MatcherState) -> int | None:
-        return forced_token(state)
-
-    def text_of(self, lm: LanguageModel, state: MatcherState) -> str:
-        return lm.decode(state.consumed)
-
-    def __deepcopy__(self, memo) -> Grammar:
-        return self  # immutable: particles share it
-
-    def __repr__(self) -> str:
-        tier = ", relaxed" if self.relaxed else ""
-        return f"Grammar({self.kind}={self.source!r}{tier})"
-
-
 def _regex_ok(pattern: str) -> bool:
     """Whether llguidance parses ``pattern`` as a regular expression."""
     llg = require_llguidance()
     try:
-        return _engine_error(llg.LLMatcher.grammar_from_regex(pattern)) is None
+        return engine_error(llg.LLMatcher.grammar_from_regex(pattern)) is None
     except (ValueError, TypeError):
         return False
 
 
-def _compile(
-    schema: dict, options: dict, stop: threading.Event | None = None
-) -> tuple[str | None, str | None]:
-    """(spec, None) if llguidance compiles ``schema`` with ``options``, else (None, its message);
-    :class:`_Abandoned` instead once ``stop`` is set (the caller stopped waiting)."""
+class _Attempt(NamedTuple):
+    """One compile: the grammar string (None if refused), llguidance's error, and the schema
+    given to it."""
+
+    spec: str | None
+    error: str | None
+    schema: Any
+
+
+def _compile(schema: Any, options: dict, stop: threading.Event | None = None) -> _Attempt:
+    """llguidance's compile of ``schema`` with ``options``; :class:`_Abandoned` instead once
+    ``stop`` is set (the caller stopped waiting). A relaxed compile (``lenient`` in
+    ``options``) whose reading of ``minProperties`` would refuse valid objects
+    (:data:`_MIN_PROPERTIES_WARNING`) compiles again without ``minProperties``."""
     if stop is not None and stop.is_set():
         raise _Abandoned
     llg = require_llguidance()
     try:
-        spec = llg.LLMatcher.grammar_from_json_schema(schema, overrides=options)
+        spec = llg.LLMatcher.grammar_from_json_schema(schema, overrides={**options, **_ESCAPES})
     except ValueError as exc:
-        return None, str(exc).strip()
-    error = _engine_error(spec)
-    return (None, error) if error else (spec, None)
+        return _Attempt(None, str(exc).strip(), schema)
+    error, warnings = validate(spec)
+    if error is None and options.get("lenient"):
+        if any(_MIN_PROPERTIES_WARNING in w for w in warnings):
+            wider = without_min_properties(schema)
+            if wider != schema:  # (a maxProperties alone is read as a superset: kept)
+                return _compile(wider, options, stop)
+    return _Attempt(None if error else spec, error, schema)
 
 
 def _compile_tiers(
-    schema: dict, options: dict, relax: bool, stop: threading.Event | None = None
-) -> tuple[str | None, str | None, tuple[str, ...]]:
-    """(spec, last error, why the exact tier failed): exact tier, then relaxed if allowed."""
-    spec, error = _compile(schema, options, stop)
+    schema: Any, options: dict, relax: bool, stop: threading.Event | None = None
+) -> tuple[_Attempt, tuple[str, ...]]:
+    """(the last compile, why the exact tier failed): exact tier, then relaxed if allowed."""
+    attempt = _compile(schema, options, stop)
     reasons: tuple[str, ...] = ()
-    if spec is None and relax:
-        reasons = (error,)
-        spec, error = _compile(schema, {**options, **_RELAX}, stop)
-    return spec, error, reasons
+    if attempt.spec is None and relax:
+        reasons = (attempt.error,)
+        attempt = _compile(schema, {**options, **_RELAX}, stop)
+    return attempt, reasons
 
 
 def json_grammar(
@@ -335,6 +233,14 @@ def json_grammar(
     return grammar
 
 
+def clear_cache() -> None:
+    """Forget every compiled JSON Schema grammar (the next :func:`json_grammar` compiles again)
+    and every kept byte matcher of the string verdicts
+    (:func:`~llamppl.decoding.grammar.strings.forget_kept`)."""
+    _CACHE.clear()
+    forget_kept()
+
+
 def _within(seconds: float | None, build: Callable[[threading.Event], Grammar]) -> Grammar | None:
     """``build(stop)``, or None once it has run ``seconds`` (``seconds=None``: no bound).
 
@@ -358,21 +264,22 @@ def _json_grammar(
     """The :class:`Grammar` of ``schema`` through the tiers (module docstring), uncached."""
     options = {"whitespace_flexible": budget.whitespace == "flexible"}
     check = SchemaCheck(schema)
-    spec, error, reasons = _compile_tiers(budget.apply(schema), options, relax, stop)
-    if spec is None and budget.closed_objects:  # closing made it unsatisfiable: the open budget
-        spec, _, reasons = _compile_tiers(budget.apply(schema, closed=False), options, relax, stop)
-    patterns = None
-    if spec is None and relax and not is_refusal(error):  # the stripped tier, then the skeleton
+    target = partial(grammar_schema, budget=budget, draft=check.draft)
+    attempt, reasons = _compile_tiers(target(schema), options, relax, stop)
+    if attempt.spec is None and budget.closed_objects:  # closing made it unsatisfiable
+        attempt, reasons = _compile_tiers(target(schema, closed=False), options, relax, stop)
+    error, patterns = attempt.error, None
+    if attempt.spec is None and relax and not is_refusal(error):  # stripped tier, skeleton
         stripped, dropped = strip_unsupported(schema, _regex_ok, draft=check.draft)
-        spec, last = _compile(budget.apply(stripped, closed=False), {**options, **_RELAX}, stop)
-        if spec is not None:
-            reasons += (error,)
+        last = _compile(target(stripped, closed=False), {**options, **_RELAX}, stop)
+        if last.spec is not None:
+            attempt, reasons = last, reasons + (error,)
             patterns = JSONStringPatterns(dropped) if dropped else None
-        elif not is_refusal(last):
-            spec, _ = _compile(skeleton(schema), {**options, **_RELAX}, stop)
-            reasons += (error, last) if spec is not None else ()
-        error = error if spec is not None or not is_refusal(last) else last
-    if spec is None:
+        elif not is_refusal(last.error):
+            attempt = _compile(skeleton(schema), {**options, **_RELAX}, stop)
+            reasons += (error, last.error) if attempt.spec is not None else ()
+        error = error if attempt.spec is not None or not is_refusal(last.error) else last.error
+    if attempt.spec is None:
         hint = (
             "; the schema exceeds the grammar engine's limits: fewer optional properties, or "
             "max_decimals=None (each bounded number adds lexer states), may help"
@@ -386,10 +293,12 @@ def _json_grammar(
     return Grammar(
         "json_schema",
         schema,
-        spec,
+        attempt.spec,
         check=check,
         relaxed=reasons,
         prefix_checks=patterns,
+        compiled=attempt.schema,
+        validated=True,
     )
 
 

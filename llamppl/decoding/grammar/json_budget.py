@@ -27,6 +27,18 @@ sub-language, sampled exactly::
     # {'type': 'object', 'properties': {'a': {'type': 'string', 'maxLength': 32}},
     #  'additionalProperties': False}
 
+Two more settings say how values are *spelled*, beside their sizes (both part of the
+target; :mod:`~llamppl.decoding.grammar.json_forms` applies them):
+
+- **numbers**: with ``max_decimals`` set, a number is written in plain decimal notation
+  (llguidance's forms: ``2`` for ``enum: [2.0]``, no exponent where a bound applies); with
+  ``max_decimals=None`` every JSON spelling of an allowed number is in the target
+  (``2.0``, ``1e-06``, ``1.0`` for an integer from Draft 6 on);
+- **key order** (``key_order``): ``"schema"`` (the default), the order llguidance fixes
+  for an object's keys (:mod:`~llamppl.decoding.grammar.json_order` states it exactly:
+  ``properties`` in the schema's order, then the ``required`` names not listed, then any
+  other key), or ``"any"``: any order, each key at most once.
+
 The budget's settings, with the text's whitespace, form one hashable value,
 :class:`JSONBudget` (the compiled-grammar cache's key), the one way every function that
 compiles a schema takes them, as ``budget=`` (``None``: :data:`DEFAULT_BUDGET`;
@@ -52,6 +64,7 @@ __all__ = [
     "DEFAULT_BUDGET",
     "as_budget",
     "WHITESPACE",
+    "KEY_ORDERS",
     "budget_schema",
     "cap_sizes",
     "close_objects",
@@ -67,6 +80,7 @@ MAX_ARRAY_ITEMS = 4
 MAX_DECIMALS = 6
 INTEGER_DIGITS = 15
 WHITESPACE = ("compact", "flexible")
+KEY_ORDERS = ("schema", "any")
 _STRING_FIXED = ("maxLength", "pattern", "format", "enum", "const")
 _ARRAY_FIXED = ("maxItems", "enum", "const", "prefixItems")
 
@@ -275,7 +289,11 @@ class JSONBudget:
         JSON Schema's open objects.
     max_decimals : int | None
         Decimals per free number, and fewer than 16 integer digits where a number has
-        no bound; ``None``: unbounded.
+        no bound, numbers written in plain decimal notation; ``None``: unbounded, and any
+        JSON spelling of an allowed number (module docstring).
+    key_order : {"schema", "any"}
+        The order of an object's keys: ``"schema"``, the order the grammar engine fixes
+        (:mod:`~llamppl.decoding.grammar.json_order`), or ``"any"``.
     """
 
     whitespace: str = "compact"
@@ -283,10 +301,13 @@ class JSONBudget:
     max_array_items: int | None = MAX_ARRAY_ITEMS
     closed_objects: bool = True
     max_decimals: int | None = MAX_DECIMALS
+    key_order: str = "schema"
 
     def __post_init__(self) -> None:
         if self.whitespace not in WHITESPACE:
             raise ValueError(f"whitespace must be one of {WHITESPACE}, got {self.whitespace!r}")
+        if self.key_order not in KEY_ORDERS:
+            raise ValueError(f"key_order must be one of {KEY_ORDERS}, got {self.key_order!r}")
         if not isinstance(self.closed_objects, bool):
             raise TypeError(
                 f"closed_objects must be a bool, got {type(self.closed_objects).__name__}"
@@ -306,7 +327,7 @@ class JSONBudget:
 
 DEFAULT_BUDGET = JSONBudget()
 """The budget ``budget=None`` means: compact whitespace, 32 characters per free string, 4
-items per free array, closed objects, 6 decimals per free number."""
+items per free array, closed objects, 6 decimals per free number, keys in the schema's order."""
 
 
 def as_budget(budget: JSONBudget | None) -> JSONBudget:

@@ -2,9 +2,11 @@
 
 - :func:`normalize_schema` — a schema given as a dict, a JSON string or a pydantic model
   class, as a dict (``TypeError`` / ``ValueError`` naming ``json_schema`` otherwise);
-- :class:`SchemaCheck` — ``check(text) -> bool``: the text parses as JSON and validates
-  against the schema with the validator of the schema's own ``$schema`` draft (Draft
-  2020-12 when it names none), formats asserted where ``jsonschema`` can check them.
+- :class:`SchemaCheck` — ``check(text) -> bool``: the text parses as JSON (each object's
+  keys written once: ``json.loads`` would keep the last of a repeated key silently) and
+  validates against the schema with the validator of the schema's own ``$schema`` draft
+  (Draft 2020-12 when it names none), every format the drafts define asserted
+  (:mod:`~llamppl.decoding.grammar.json_formats`).
   It is the final potential of :class:`~llamppl.models.GrammarConstraint`: a finished
   particle whose text fails it gets weight zero, which keeps the target exact when the
   grammar is only a superset of the valid texts (a relaxed grammar)::
@@ -19,7 +21,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from llamppl.decoding.grammar.json_formats import format_checker
+
 __all__ = ["SchemaCheck", "normalize_schema"]
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict:
+    """An object from its ``(key, value)`` pairs; ``ValueError`` for a key written twice."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"the key {twice!r} is written twice in one object")
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def normalize_schema(schema: Any) -> dict:
@@ -55,14 +73,14 @@ class SchemaCheck:
         self.schema = schema
         cls = validator_for(schema, default=jsonschema.Draft202012Validator)
         self.draft = cls.__name__
-        self.validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        self.validator = cls(schema, format_checker=format_checker())
         self.last_error: str | None = None
 
     def __call__(self, text: str) -> bool:
         """Whether ``text`` is one JSON value that validates against the schema."""
         try:
-            value = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
+            value = json.loads(text, object_pairs_hook=_once, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
             self.last_error = f"not JSON: {exc}"
             return False
         try:

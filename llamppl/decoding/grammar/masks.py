@@ -26,7 +26,12 @@ import torch
 
 from llamppl.batching import Coalescer
 from llamppl.decoding.constraints.protocol import finish_rows
-from llamppl.decoding.grammar.matcher import MatcherState, require_llguidance
+from llamppl.decoding.grammar.matcher import (
+    MatcherState,
+    engine_failure,
+    forget_template,
+    require_llguidance,
+)
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import PerLM
 
@@ -85,7 +90,13 @@ def _filled_bits(
         llt.fill_next_token_bitmask(todo[0][0], bits, todo[0][1])
     elif todo:
         llt.fill_next_token_bitmask_par(_executor(), todo, bits)
-    accepting = torch.tensor([s.accepting for s in unique])
+    for matcher, i in todo:
+        failure = engine_failure(matcher)
+        if failure is not None:  # the engine failed (a limit): no token, the template dropped
+            unique[i].engine_error = failure
+            forget_template(unique[i].lm, unique[i].grammar)
+            bits[i] = 0
+    accepting = torch.tensor([s.accepting and s.engine_error is None for s in unique])
     if len(unique) < len(states):
         pick = torch.tensor(index)
         bits, accepting = bits.index_select(0, pick), accepting.index_select(0, pick)
