@@ -114,8 +114,9 @@ def test_a_rows_output_is_the_same_in_every_call_of_a_multiple_of_six_rows():
 def test_k_blocks_sum_each_block_from_zero_and_shrink_the_rounding_of_a_large_partial_sum():
     """Each K-block is one FBGEMM product summed from zero, added in order; with a large term
     first (a "massive activation"), the blocked sum rounds less than one float32 chain."""
-    assert k_blocks(576) == [(0, 288), (288, 576)] and k_blocks(384) == [(0, 384)]
-    assert k_blocks(1536) == [(0, 384), (384, 768), (768, 1152), (1152, 1536)]
+    assert k_blocks(576) == [(0, 576)] and k_blocks(768) == [(0, 768)]
+    assert k_blocks(1536) == [(0, 768), (768, 1536)]
+    assert k_blocks(1000, 384) == [(0, 334), (334, 668), (668, 1000)]
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(576, 1536, generator=gen) * 0.05
     w[:, 0] = 0.7
@@ -134,11 +135,13 @@ def test_k_blocks_sum_each_block_from_zero_and_shrink_the_rounding_of_a_large_pa
         chain = torch.ops.quantized.linear_dynamic_fp16(
             x, torch.ops.quantized.linear_prepack_fp16(w, None)
         )
-    assert torch.equal(y, ((parts[0] + parts[1]) + parts[2]) + parts[3])
+    assert torch.equal(y, parts[0] + parts[1])
     exact = x.double() @ w.half().double().T
     blocked_err = (y.double() - exact).abs().mean()
     chain_err = (chain.double() - exact).abs().mean()
-    assert blocked_err < 0.75 * chain_err  # ~sqrt(1536 / 387) = 2x in theory
+    # the large term's block rounds 767 terms at its scale, the chain 1535: a random walk's
+    # error is sqrt(767 / 1535) = 0.71 of the chain's (the mean over 34,560 outputs is sharp)
+    assert blocked_err < 0.85 * chain_err
 
 
 @needs_fbgemm
