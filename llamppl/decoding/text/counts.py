@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from llamppl.decoding.constraints.protocol import Constraint
+from llamppl.decoding.text import automata as ta
 from llamppl.decoding.text import units as tu
 from llamppl.decoding.text.base import (
     Bounds,
@@ -232,6 +233,14 @@ class UnitCount(TextStructure):
                 out.append(RequiredWordsFit(cap, p.spelled, (self, p)))
         return out
 
+    def automaton(self) -> ta.Automaton:
+        kind = {
+            "word": ta.CountWords,
+            "sentence": ta.CountSentences,
+            "paragraph": ta.CountParagraphs,
+        }
+        return kind[self.level](self.bounds.lo, self.bounds.hi)
+
     def _certain(self, text: str, view: Any) -> int:
         if self.level == "word":
             return word_floor(text, view)
@@ -306,6 +315,19 @@ class EachCount(TextStructure):
 
     def levels(self) -> frozenset[str]:
         return frozenset({self.outer, self.inner})
+
+    def run_floor(self) -> int:
+        if (self.outer, self.inner) == ("word", "character"):
+            return self.bounds.lo or 0
+        return 0
+
+    def automaton(self) -> ta.Automaton | None:
+        kind = {
+            ("word", "character"): ta.WordLength,
+            ("sentence", "word"): ta.PerSentence,
+            ("paragraph", "sentence"): ta.PerParagraph,
+        }.get((self.outer, self.inner))
+        return None if kind is None else kind(self.bounds.lo, self.bounds.hi)
 
     def _finished(self, view: Any) -> list[int]:
         if self.outer == "word":

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from llamppl.decoding.text import automata as ta
 from llamppl.decoding.text import units as tu
 from llamppl.decoding.text.base import (
     TextStructure,
@@ -84,6 +85,9 @@ class UnitsAt(TextStructure):
 
     def levels(self) -> frozenset[str]:
         return frozenset({self.level})
+
+    def automaton(self) -> ta.Automaton | None:
+        return ta.WordsAt(self.positions) if self.level == "word" else None
 
     def prefix_ok(self, text: str, view: Any) -> bool:
         for i, target in self.positions.items():
@@ -261,6 +265,13 @@ class EachAt(TextStructure):
 
     def levels(self) -> frozenset[str]:
         return frozenset({self.outer, self.inner})
+
+    def automaton(self) -> ta.Automaton | None:
+        if self.outer == "paragraph":
+            count = None if isinstance(self.targets, str) else len(self.targets)
+            return ta.ParagraphEnds(count, max(self.min_inner, 1)) if self.index == -1 else None
+        kind = {0: ta.FirstWords, -1: ta.LastWords}.get(self.index)
+        return None if kind is None else kind(self.targets)
 
     def _target(self, k: int) -> str | None:
         if isinstance(self.targets, str):
