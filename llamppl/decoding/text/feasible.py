@@ -42,7 +42,8 @@ from llamppl.decoding.constraints.protocol import Constraint
 from llamppl.decoding.text import units as tu
 from llamppl.decoding.text.automata import OTHER, Automaton
 from llamppl.decoding.text.plain import PlainCharacters
-from llamppl.decoding.text.prefix import OpenWord, analyze
+from llamppl.decoding.text.spelling import first_tokens
+from llamppl.decoding.text.prefix import OpenWord, analyze, chunk_words
 from llamppl.decoding.text.shape import (
     MAX_UNDECIDED,
     PARA,
@@ -131,7 +132,8 @@ class ShapeFit(Constraint):
         as it is, grow it into a target it starts or into a word no builder names, or have
         the Treebank rules cut it (:meth:`~llamppl.decoding.text.prefix.OpenWord.cuts`)."""
         n, low = len(letters), letters.lower()
-        moves: list[tuple[tuple[str, ...], str | None, bool]] = [((letters,), None, n < self.run)]
+        itself = chunk_words(letters, False)  # ``cannot`` is two words as it stands
+        moves: list[tuple[tuple[str, ...], str | None, bool]] = [(itself, None, n < self.run)]
         for t in self.alphabet:
             if t != OTHER and len(t) > n and t.startswith(low):
                 moves.append(((), t, self._mark_after(t)))
@@ -300,7 +302,38 @@ class ShapeFit(Constraint):
                 out.append((mark, *after[1:]))
         return out
 
+    def due(self, text: str) -> bool:
+        """Whether the word being written must end its sentence: after it as it stands a
+        sentence end leads to a completion and no new word does."""
+        anchor = analyze(text).anchor
+        cut = last_space(text, anchor)
+        base, last = self._bases.get((anchor, text[:cut])), last_chunk(text[cut:])
+        if not base or not last or any(r.open_word is None for r in last):
+            return False
+        for start in base:
+            for r in last:
+                state = self._replay(start, r.events + chunk_words(r.open_word, False))
+                if state is None:
+                    continue
+                state = (len(r.open_word) < self.run, *state[1:])
+                if any(self._feasible_after(state, x) for x in self.alphabet):
+                    return False
+                if not self._feasible_after(state, STOP):
+                    return False
+        return True
+
+    def _feasible_after(self, state: tuple, event: Any) -> bool:
+        nxt = self._apply(state, event)
+        return nxt is not None and self.feasible(nxt)
+
     # ------------------------------------------------------------ the protocol
+    def hint(self, lm: LanguageModel, state: Any) -> tuple[int, ...]:
+        """The tokens of a sentence end (``.``, ``!``, ``?``) when the word being written must
+        end its sentence (:meth:`due`), else ``()``."""
+        if not isinstance(state, str) or not self(state) or not self.due(state):
+            return ()
+        return first_tokens(lm, [".", "!", "?"])
+
     def __call__(self, text: str) -> bool:
         found = self.states(text)
         return found is None or any(self.feasible(s) for s in found)
