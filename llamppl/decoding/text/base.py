@@ -2,8 +2,9 @@
 
 :class:`Bounds` (COLLIE's ``==``/``>=``/``<=`` relations as an integer range),
 :class:`TextConstraint` (the base of every text constraint a builder returns: its plain
-characters flag, target strings and unit levels, and the hook that adds one
-:class:`~llamppl.decoding.text.plain.PlainCharacters` part to a conjunction, :func:`plain_of`),
+characters flag, target strings and unit levels, its automaton, and the hook that adds one
+:class:`~llamppl.decoding.text.plain.PlainCharacters` part to a conjunction, :func:`plain_of`,
+and with it the joint check of :mod:`~llamppl.decoding.text.feasible`, :func:`shape_of`),
 :class:`TextStructure` (a text constraint decided from an analysis of the prefix,
 :mod:`~llamppl.decoding.text.prefix`), target normalisation as COLLIE compares units
 (lower-cased, punctuation stripped at both ends) and the token-budget arithmetic for
@@ -222,9 +223,11 @@ class TextConstraint(Constraint):
     :func:`with_implied`), the first plain text constraint's :meth:`implied` adds the one
     :class:`~llamppl.decoding.text.plain.PlainCharacters` part that :func:`plain_of` derives from
     all of them, and the target includes it. Subclasses name what the derivation reads:
-    :meth:`target_strings` (characters to allow) and :meth:`levels` (paragraphs allow
-    newlines); ``on_characters`` marks a constraint on characters alone (no word split, so only
-    the character set applies).
+    :meth:`target_strings` (characters to allow), :meth:`levels` (paragraphs allow
+    newlines) and :meth:`run_floor` (runs to allow); ``on_characters`` marks a constraint on
+    characters alone (no word split, so only the character set applies). When those plain
+    characters are strict, the same hook adds the joint check of every text constraint that
+    has an :meth:`automaton` (:func:`shape_of`).
     """
 
     plain: bool = False

@@ -42,7 +42,6 @@ from llamppl.decoding.constraints.protocol import Constraint
 from llamppl.decoding.text import units as tu
 from llamppl.decoding.text.automata import OTHER, Automaton
 from llamppl.decoding.text.plain import PlainCharacters
-from llamppl.decoding.text.spelling import first_tokens
 from llamppl.decoding.text.prefix import OpenWord, analyze, chunk_words
 from llamppl.decoding.text.shape import (
     MAX_UNDECIDED,
@@ -54,6 +53,7 @@ from llamppl.decoding.text.shape import (
     last_space,
     region_events,
 )
+from llamppl.decoding.text.spelling import first_tokens
 from llamppl.lm.base import LanguageModel
 from llamppl.lm.memo import LRU
 
