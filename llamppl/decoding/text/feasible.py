@@ -61,8 +61,9 @@ __all__ = ["ShapeFit", "strict", "MEMO_STATES", "MAX_SEARCH"]
 
 MEMO_STATES = 200_000
 """States whose verdict a :class:`ShapeFit` remembers (then it starts afresh)."""
-MAX_SEARCH = 20_000
-"""States one search may visit; past it the search claims nothing (the prefix passes)."""
+MAX_SEARCH = 5_000
+"""States one search may visit (a few hundred milliseconds); past it the search claims
+nothing: its start counts as feasible, so the prefix passes."""
 
 
 def strict(plain: PlainCharacters) -> bool:
@@ -144,12 +145,13 @@ class ShapeFit(Constraint):
         return moves
 
     # ------------------------------------------------------------ the product
-    def _apply(self, state: tuple, event: Any, plain: bool = True) -> tuple | None:
-        """The product state after ``event`` (``plain``: a sentence end needs a word's last
-        letter right before; False for the prefix's own events)."""
+    def _apply(self, state: tuple, event: Any, move: bool = True) -> tuple | None:
+        """The product state after ``event``: a move of a continuation (``move``: a word is a
+        kind, and a sentence end needs a word's last letter right before it), or an event of
+        the text itself (a word is its unit, of a length ``chars_per_word`` must allow)."""
         out: list = []
         if event is STOP:
-            if plain and not state[0]:
+            if move and not state[0]:
                 return None
             for a, s in zip(self.automata, state[1:]):
                 s = a.stop(s)
@@ -164,9 +166,9 @@ class ShapeFit(Constraint):
                     return None
                 out.append(s)
             return (False, *out)
-        if plain:
+        if move:
             x = event
-        else:  # a word of the text: its unit, of a length chars_per_word must allow
+        else:
             lo, hi = self.lengths
             if (lo is not None and len(event) < lo) or (hi is not None and len(event) > hi):
                 return None
@@ -217,6 +219,7 @@ class ShapeFit(Constraint):
                 return True
             seen.add(nxt)
             if len(seen) > MAX_SEARCH:  # too large to settle here: claim nothing
+                verdicts[start] = True
                 return True
             path.append(nxt)
             moves.append(self._moves(nxt))
@@ -228,7 +231,7 @@ class ShapeFit(Constraint):
         for event in events:
             if state is None:
                 return None
-            state = self._apply(state, event, plain=False)
+            state = self._apply(state, event, move=False)
         return state
 
     def _base(self, text: str, anchor: int, cut: int) -> list[tuple] | None:
@@ -295,7 +298,7 @@ class ShapeFit(Constraint):
         for words, kind, mark in moves:
             after: tuple | None = state
             for w in words:
-                after = self._apply(after, w, plain=False) if after is not None else None
+                after = self._apply(after, w, move=False) if after is not None else None
             if after is not None and kind is not None:
                 after = self._apply(after, kind)
             if after is not None:
