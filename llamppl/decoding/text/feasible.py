@@ -35,7 +35,9 @@ checks. The complete check is the sources' own, so the target does not change;
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from llamppl.decoding.constraints.protocol import Constraint
@@ -59,6 +61,28 @@ from llamppl.lm.memo import LRU
 
 __all__ = ["ShapeFit", "strict", "MEMO_STATES", "MAX_SEARCH"]
 
+CLITICS = (
+    "s",
+    "m",
+    "d",
+    "ll",
+    "re",
+    "ve",
+    "t",
+    "'",
+    "'s",
+    "'m",
+    "'d",
+    "'ll",
+    "'re",
+    "'ve",
+    "'t",
+    "n't",
+)
+"""What may end a chunk after an apostrophe, or bring one: the Treebank rules split some off."""
+SPECIAL = ("cannot", "gimme", "gonna", "gotta", "lemme", "wanna", "more", "twas", "tis", "ye")
+"""Words the Treebank rules read by their letters (contractions split at fixed places)."""
+_RUN = re.compile(r"[A-Za-z]{4,}")
 MEMO_STATES = 200_000
 """States whose verdict a :class:`ShapeFit` remembers (then it starts afresh)."""
 MAX_SEARCH = 5_000
@@ -112,6 +136,22 @@ class ShapeFit(Constraint):
         self._starts: LRU[str, tuple | None] = LRU(4096)  # after the certain sentences
         self._bases: LRU[tuple, list | None] = LRU(4096)  # after the complete chunks
         self._after_reading: LRU[tuple, tuple] = LRU(16_384)  # after the last chunk
+        self._kept = tuple(n.lower() for n in self.names) + SPECIAL
+
+    def _canonical(self, chunk: str) -> str:
+        """``chunk`` with each run of four or more letters that no name or contraction holds
+        written as ``q``s (its last letter kept when it is an ``n``: ``n't``): the Treebank
+        rules read such a run only as letters, so the chunk's words have the same kinds and
+        lengths, and chunks that differ so share one memoised set of moves."""
+
+        def canon(m: re.Match) -> str:
+            run = m.group()
+            low = run.lower()
+            if any(low in k for k in self._kept):
+                return run
+            return "q" * (len(run) - 1) + (run[-1] if run[-1] in "nN" else "q")
+
+        return _RUN.sub(canon, chunk)
 
     # ------------------------------------------------------------ words
     def _writable(self, t: str) -> bool:
@@ -142,6 +182,34 @@ class ShapeFit(Constraint):
         if grown <= self.longest:
             moves.append(((), OTHER, grown < self.run))
         moves += [(cut, None, True) for cut in OpenWord(letters).cuts()]
+        return moves
+
+    def _chunk_moves(self, chunk: str) -> list[tuple[tuple[str, ...], str | None, bool | None]]:
+        """A last chunk that holds more than letters (``It'``, ``garden's``, ``Pre-Pal``), as
+        moves like :meth:`_open_moves`: the Treebank words of the chunk once finished, for
+        every way to finish it that the builders can tell apart: now; its last word grown by
+        letters to each length that matters (one, the most the run allows, the bounds of
+        ``chars_per_word``) or into a target it starts; and each of those followed by a clitic
+        the rules split off or keep (``'s``, ``n't``, ``'``, ...). The rules read a chunk at
+        the very end of the text differently when it ends in a quote (``Go's's'`` is one word
+        there, two before a space): such an ending is a move after which only the end may
+        come (``mark`` None)."""
+        room = self.run - len(chunk)
+        words = chunk_words(chunk, False)
+        tail = len(words[-1]) if words else 0
+        lo, hi = self.lengths
+        grown = {"q" * j for j in (1, room, (lo or 0) - tail, (hi or 0) - tail) if 1 <= j <= room}
+        low = chunk.lower()
+        grown |= {t[len(low) :] for t in self.alphabet if t != OTHER and t.startswith(low)}
+        rests = {g + c for g in grown | {""} for c in ("", *CLITICS) if len(g + c) <= room}
+        moves: list[tuple[tuple[str, ...], str | None, bool | None]] = []
+        for rest in sorted(rests):
+            word = chunk + rest
+            inside = chunk_words(word, False)  # whitespace or a mark follows
+            moves.append((inside, None, len(word) < self.run))
+            last = tuple(tu.span_words(" " + word))  # the text ends here: ``Go's's'`` is one
+            if last != inside:
+                moves.append((last, None, None))
         return moves
 
     # ------------------------------------------------------------ the product
@@ -184,6 +252,8 @@ class ShapeFit(Constraint):
         return all(a.end(s) for a, s in zip(self.automata, state[1:]))
 
     def _moves(self, state: tuple):
+        if state[0] is None:  # the text must end here
+            return
         if state[0]:
             yield self._apply(state, STOP)
         for x in self.alphabet:
@@ -192,8 +262,8 @@ class ShapeFit(Constraint):
             yield self._apply(state, PARA)
 
     def feasible(self, start: tuple) -> bool:
-        """Whether some continuation from the product state ``start`` ends where every
-        automaton accepts (depth first; verdicts memoised: the states on a path that reaches
+        """Whether some continuation from the product state ``start`` (its first entry: a
+        mark may come next, or None when only the end may) ends where every automaton accepts (depth first; verdicts memoised: the states on a path that reaches
         an end are feasible, and when none does every state seen is not)."""
         verdicts = self._verdicts
         found = verdicts.get(start)
@@ -277,6 +347,8 @@ class ShapeFit(Constraint):
 
     def _reading_states(self, start: tuple, reading: Reading) -> tuple[tuple, ...]:
         """The states after ``reading``'s events and the moves of its open word (memoised)."""
+        if reading.open_chunk:
+            reading = replace(reading, open_chunk=self._canonical(reading.open_chunk))
         key = (start, reading)
         found = self._after_reading.get(key)
         if found is None:
@@ -291,7 +363,7 @@ class ShapeFit(Constraint):
         if reading.open_word is not None:
             moves = self._open_moves(reading.open_word)
         elif reading.open_chunk:
-            moves = [((), x, True) for x in self.alphabet]
+            moves = self._chunk_moves(reading.open_chunk)
         else:  # whitespace or a mark ends the text: no mark may come next
             return [(False, *state[1:])]
         out = []
@@ -313,17 +385,17 @@ class ShapeFit(Constraint):
         base, last = self._bases.get((anchor, text[:cut])), last_chunk(text[cut:])
         if not base or not last or any(r.open_word is None for r in last):
             return False
-        for start in base:
-            for r in last:
-                state = self._replay(start, r.events + chunk_words(r.open_word, False))
-                if state is None:
-                    continue
-                state = (len(r.open_word) < self.run, *state[1:])
-                if any(self._feasible_after(state, x) for x in self.alphabet):
-                    return False
-                if not self._feasible_after(state, STOP):
-                    return False
-        return True
+        ends = [
+            self._replay(start, r.events + chunk_words(r.open_word, False))
+            for start in base
+            for r in last
+        ]
+        ends = [(len(last[0].open_word) < self.run, *s[1:]) for s in ends if s is not None]
+        return bool(ends) and all(  # the word may end here, and then only a sentence end fits
+            self._feasible_after(s, STOP)
+            and not any(self._feasible_after(s, x) for x in self.alphabet)
+            for s in ends
+        )
 
     def _feasible_after(self, state: tuple, event: Any) -> bool:
         nxt = self._apply(state, event)

@@ -31,7 +31,7 @@ from llamppl.decoding.text.base import (
 )
 from llamppl.decoding.text.budget import layout_facts
 from llamppl.decoding.text.paragraphs import Paragraphs
-from llamppl.decoding.text.prefix import Analysis
+from llamppl.decoding.text.prefix import Analysis, OpenWord, next_chunk
 from llamppl.decoding.text.spelling import (
     can_share,
     copy_under_way,
@@ -48,6 +48,15 @@ __all__ = ["UnitsAt", "EachAt"]
 
 
 # ---------------------------------------------------------------------- positions
+def _next_word(text: str, view: Analysis) -> OpenWord | None:
+    """The word being written, or the letters that open the next word of a view that is not
+    exact (``Birds sing.``: a word starting ``sing``; :func:`~llamppl.decoding.text.prefix.next_chunk`)."""
+    if view.open_word is not None:
+        return view.open_word
+    nxt = next_chunk(text, view)
+    return OpenWord(nxt[0]) if nxt and nxt[0] else None
+
+
 class UnitsAt(TextStructure):
     """Given words or sentences at given positions (COLLIE's ``Position``, ``==``).
 
@@ -96,8 +105,9 @@ class UnitsAt(TextStructure):
             if self.level == "word":
                 unit = view.word_at(i)
                 if unit is None:
-                    if view.open_word is not None and i == len(view.flat) + len(view.open_flat):
-                        if not view.open_word.may_become(target):
+                    if i == len(view.flat) + len(view.open_flat):
+                        nxt = _next_word(text, view)
+                        if nxt is not None and not nxt.may_become(target):
                             return False
                     continue
             else:
@@ -299,8 +309,9 @@ class EachAt(TextStructure):
             target, a = self._target(k), view
             if self.index < len(a.open_nested):
                 return tu.normalize(a.open_nested[self.index]) == target
-            if a.open_word is not None and self.index == len(a.open_nested):
-                return a.open_word.may_become(target)
+            nxt = _next_word(text, a)
+            if nxt is not None and self.index == len(a.open_nested):
+                return nxt.may_become(target)
         if self.outer == "paragraph" and self.index >= 0:
             sentences = view.open.sentences
             if self.index < len(sentences):

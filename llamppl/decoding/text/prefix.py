@@ -76,6 +76,7 @@ __all__ = [
     "word_floor",
     "chunk_words",
     "punkt_tables",
+    "next_chunk",
 ]
 
 _ASCII_WS = frozenset(string.whitespace)
@@ -413,6 +414,35 @@ def floor_words(text: str, view: Analysis) -> tuple[tuple[str, str], ...]:
         else:
             out.append(("chunk", chunk))
     return tuple(out)
+
+
+_LEAD = re.compile(r"[A-Za-z]*")
+
+
+def next_chunk(text: str, view: Analysis) -> tuple[str, bool] | None:
+    """What an analysis that is not exact still knows about the chunk where its simple run of
+    complete chunks stopped (a chunk with a mark, or the last one with more than letters):
+    ``(letters, word)``: the ASCII letters that open it (``""``: none) and whether it holds a
+    letter or digit before its first ``.``, ``?`` or ``!``. Every continuation then has, as
+    its next word after ``view.open_flat`` (and ``view.open_nested``), a word that starts with
+    those letters or one the Treebank rules cut out of them (:class:`OpenWord`); and when
+    ``word``, that word belongs to the first open sentence (no boundary before a mark). None
+    when the view is exact, or when finality knows more words than the simple run."""
+    if view.exact:
+        return None
+    region, pos, words = text[view.anchor :], 0, 0
+    while True:
+        space = region.find(" ", pos)
+        chunk = region[pos:] if space < 0 else region[pos:space]
+        if space < 0 or (chunk and _BAD_IN_CHUNK.search(chunk)):
+            break
+        if chunk:
+            words += len(chunk_words(chunk, pos == 0))
+        pos = space + 1
+    if words != len(view.open_flat) or words != len(view.open_nested) or not chunk:
+        return None
+    head = _MARK.split(chunk, 1)[0]
+    return _LEAD.match(chunk).group(), _ALNUM.search(head) is not None
 
 
 def word_floor(text: str, view: Analysis) -> int:

@@ -22,10 +22,10 @@ How a prefix is read:
    continuation starts with them): each sentence's chunks give its words (the Treebank rules
    act inside a chunk; the judge's mark splits are punctuation, dropped), a ``STOP`` ends
    it, and the whitespace between chunks gives the ``PARA`` events.
-2. The open region after them, chunk by chunk. A ``?`` or ``!`` after a body of ASCII
-   letters (inner apostrophes allowed), or a ``.`` after such a body of two or more letters
-   that is neither an abbreviation of the Punkt model nor the first word of one of its
-   collocations, is a certain ``STOP``: under plain characters whitespace and a letter, or
+2. The open region after them, chunk by chunk. A ``?`` or ``!`` after any body (Punkt's
+   word tokens split them off, and a lone ``?`` or ``!`` is always a break), or a ``.``
+   after a word that is no abbreviation, initial, number or first word of a collocation of
+   the Punkt model (:func:`plain_stop`), is a certain ``STOP``: under plain characters whitespace and a letter, or
    the end of the text, come next, and Punkt's boundary there does not depend on the next
    token (:func:`plain_stop`; the same rule as the early boundary of
    :mod:`~llamppl.decoding.text.prefix`). Any other ``.``, ``?`` or ``!`` (after an
@@ -33,8 +33,8 @@ How a prefix is read:
    ``STOP`` there and one without.
 3. The last chunk, when no whitespace follows it: letters alone are the word being written
    (:attr:`Reading.open_word`, which may still grow); a body with other characters
-   (``It'``, ``o'cl``) is an open chunk (:attr:`Reading.open_chunk`: at least one more word,
-   any word); a chunk with a mark is complete.
+   (``It'``, ``o'cl``) is an open chunk (:attr:`Reading.open_chunk`, whose words the
+   Treebank rules decide once it ends); a chunk with a mark is complete.
 
 Where a reading is not possible (marks or quotes that strict plain characters exclude, or
 more than :data:`MAX_UNDECIDED` undecided marks) :func:`read` returns None, and a caller
@@ -74,7 +74,6 @@ MAX_UNDECIDED = 3
 """Undecided marks read both ways at most (2**3 readings); more: no reading."""
 
 _CHUNKS = re.compile(r"\S+|\s+")
-_SIMPLE = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*")
 _LETTERS = re.compile(r"[A-Za-z]+")
 _ENDS = ".?!"
 _MARKS = ".,;:!?"
@@ -92,28 +91,48 @@ class Reading:
         The letters of the word being written (the last chunk, ASCII letters, nothing after
         them), or None.
     open_chunk
-        The last chunk holds a word that is not plain letters (an apostrophe, a target's
-        character) and no whitespace follows it: it ends in at least one more word.
+        The last chunk, when it holds more than letters (an apostrophe, a target's own
+        character) and no whitespace follows it; else ``""``.
     after_mark
         The text ends with a mark (only whitespace or the end may follow).
     """
 
     events: tuple
     open_word: str | None
-    open_chunk: bool
+    open_chunk: str
     after_mark: bool
 
 
+@functools.lru_cache(maxsize=4096)
 def plain_stop(body: str, mark: str) -> bool:
     """Whether ``body`` + ``mark`` (followed by whitespace and a letter, or by the end) ends a
-    sentence in every plain continuation (module docstring, step 2)."""
-    if not mark or mark not in _ENDS or _SIMPLE.fullmatch(body) is None:
+    sentence in every plain continuation (module docstring, step 2).
+
+    A ``?`` or ``!`` is a token of its own for Punkt, always a break. A ``.`` ends Punkt's
+    last word token of ``body + "."``; the first pass makes it a break unless the word is an
+    abbreviation of the model (whole or after its last hyphen) or an ellipsis, and the second
+    pass only takes breaks back after initials, numbers and the first words of the model's
+    collocations: a word that is none of these ends its sentence whatever follows.
+    """
+    if not mark or mark not in _ENDS or not body:
         return False
     if mark != ".":
         return True
+    from nltk.tokenize.punkt import PunktToken  # nltk is importable: tokens need it anyway
+
+    tokens = list(tu.punkt_tokenizer()._lang_vars.word_tokenize(body + "."))
+    if not tokens:
+        return False
+    token = PunktToken(tokens[-1])
+    if not token.period_final or token.is_ellipsis or token.is_initial or token.is_number:
+        return False
     abbrev, colloc = punkt_tables()
-    low = body.lower()
-    return len(body) >= 2 and low not in abbrev and low not in colloc
+    low = token.tok[:-1].lower()
+    return (
+        low not in abbrev
+        and low.split("-")[-1] not in abbrev
+        and token.type_no_period not in colloc
+    )
 
 
 def _split(chunk: str) -> tuple[str, str]:
@@ -215,19 +234,19 @@ def last_chunk(piece: str) -> tuple[Reading, ...] | None:
     """The readings of the text's last chunk ``piece`` (no whitespace in it or after it; may
     be empty): module docstring, step 3."""
     if not piece:
-        return (Reading((), None, False, False),)
+        return (Reading((), None, "", False),)
     body, mark = _split(piece)
     if not mark:
         if any(ch in _MARKS for ch in body):
             return None
         if _LETTERS.fullmatch(body):
-            return (Reading((), body, False, False),)
-        return (Reading((), None, True, False),)
+            return (Reading((), body, "", False),)
+        return (Reading((), None, body, False),)
     found = _chunk(piece)
     branches = None if found is None else _branches(found)
     if branches is None:
         return None
-    return tuple(Reading(events, None, False, True) for events in branches)
+    return tuple(Reading(events, None, "", True) for events in branches)
 
 
 def last_space(text: str, start: int = 0) -> int:
