@@ -3,9 +3,9 @@
 K problems run on one event loop of this process and share the LM (the library's
 :func:`~llamppl.inference.jobs.run_jobs`), so every round's forward serves the particles of
 all of them. A problem's record is what it gives alone, up to the float caveat of
-``docs/scaling/many_jobs.md``; its ``cpu_seconds`` is its share of the process's CPU time
-(:class:`~llamppl.inference.jobs.CPUShares`: the CPU used while it ran, split evenly among
-the problems running then), so per-problem CPU falls as K grows. ``--concurrency 1`` runs
+``docs/scaling/many_jobs.md``; its ``cpu_seconds`` is the process CPU time it used
+(``JobResult.cpu_s``: its own steps, its rows' share of every batched forward, and an even
+share of the event loop's own work), so per-problem CPU falls as K grows. ``--concurrency 1`` runs
 them one after another, each on a fresh cache, with its own CPU time.
 
 The default is all problems at once, bounded by :data:`MAX_ROWS` particle rows in one

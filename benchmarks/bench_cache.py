@@ -13,6 +13,11 @@
 (b) Resampling-shaped tree: N particles grow one sampled token per step and are resampled
     at random; the request batches are replayed through a fresh ``CachedCausalLM`` and a
     baseline re-running every particle's full context each step (left-padded, no cache).
+(c) ``--long-prompt P``: ``--long-rows`` rows (default 16 and 64) below one P-token prompt,
+    ``--long-steps`` forced random tokens each: the default batch-invariant forward (key
+    blocks, :mod:`llamppl.lm.hf.query_plan`) beside the per-row forward with the prefix
+    merge (``batch_invariant=False``), prefill and decode CPU seconds apart, best of
+    ``--repeats``; ``--out FILE`` appends a JSON line per row count.
 
 Prints wall and CPU times, forward calls, tokens run and ratios, for any local model,
 dtype and device (e.g. your GPU)::
@@ -21,14 +26,19 @@ dtype and device (e.g. your GPU)::
     .venv/bin/python benchmarks/bench_cache.py --dtype bfloat16 --particles 32 --prompt-len 512
     .venv/bin/python benchmarks/bench_cache.py --model ~/models/Qwen2.5-0.5B --device cuda \
         --dtype bfloat16 --tree-steps 0
+    .venv/bin/python benchmarks/bench_cache.py --long-prompt 1000 --decode 0 --tree-steps 0
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
+import json
+import os
 import random
 import time
+from pathlib import Path
 
 import torch
 from transformers import DynamicCache
@@ -288,6 +298,34 @@ def bench_tree(lm: CachedCausalLM, n: int, prompt_len: int, steps: int, repeats:
     ]
 
 
+# --------------------------------------------------------------------------- (c) long prompt
+def bench_long_prompt(lm: CachedCausalLM, n: int, prompt_len: int, steps: int, repeats: int):
+    """CPU s of the prompt's prefill and of ``steps`` decode steps of ``n`` rows below it, per
+    layout (batch-invariant, then per row with the prefix merge), best of ``repeats``."""
+    g = torch.Generator().manual_seed(n)
+    prompt = tuple(make_prompt(lm, STORY, prompt_len))
+    tails = torch.randint(100, 20000, (n, steps), generator=g).tolist()
+    out = {}
+    for invariant in (True, False):
+        lm.batch_invariant = invariant
+        best = {"prefill_cpu": float("inf"), "decode_cpu": float("inf")}
+        for _ in range(repeats):
+            lm.clear_cache()
+            lm.stats.reset()
+            c0 = time.process_time()
+            gather(lm, [prompt])
+            c1 = time.process_time()
+            for t in range(1, steps + 1):
+                gather(lm, [prompt + tuple(row[:t]) for row in tails])
+            c2 = time.process_time()
+            best["prefill_cpu"] = min(best["prefill_cpu"], c1 - c0)
+            best["decode_cpu"] = min(best["decode_cpu"], c2 - c1)
+        work = (lm.stats.forward_calls, lm.stats.tokens_run, lm.stats.shared_prefix_tokens)
+        out["batch_invariant" if invariant else "per_row"] = {**best, "work": work}
+    lm.batch_invariant = True
+    return out
+
+
 def print_table(title: str, rows: list[dict]) -> None:
     print(f"\n{title}")
     print(
@@ -333,12 +371,19 @@ def main() -> None:
     ap.add_argument("--tree-steps", type=int, default=32, help="0 skips the tree workload (b)")
     ap.add_argument("--forced", choices=("generate", "random"), default="generate")
     ap.add_argument("--hf-prefill", choices=("batch", "once"), default="batch")
+    ap.add_argument("--decode", type=int, choices=(0, 1), default=1, help="0 skips (a)")
+    ap.add_argument("--long-prompt", type=int, default=0, help="(c): prompt tokens; 0 skips")
+    ap.add_argument("--long-rows", type=int, nargs="+", default=[16, 64])
+    ap.add_argument("--long-steps", type=int, default=12)
+    ap.add_argument("--out", type=Path, default=None, help="(c): append JSON lines here")
     args = ap.parse_args()
     for name in ("particles", "prompt_len", "new_tokens", "repeats"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be a positive integer")
-    if args.tree_steps < 0:
-        ap.error("--tree-steps must be >= 0")
+    if args.tree_steps < 0 or args.long_prompt < 0:
+        ap.error("--tree-steps and --long-prompt must be >= 0")
+    if args.long_steps < 1 or min(args.long_rows) < 1:
+        ap.error("--long-steps and --long-rows must be positive integers")
     if args.threads is not None and args.threads < 1:
         ap.error("--threads must be a positive integer")
 
@@ -348,12 +393,23 @@ def main() -> None:
     limit = lm.max_positions
     if limit is not None and args.prompt_len + max(args.new_tokens, args.tree_steps) > limit:
         ap.error(f"--prompt-len + --new-tokens must not exceed the model's {limit} positions")
+    if limit is not None and args.long_prompt + args.long_steps > limit:
+        ap.error(f"--long-prompt + --long-steps must not exceed the model's {limit} positions")
     print(
         f"torch threads {torch.get_num_threads()}; torch {torch.__version__}; best of {args.repeats}; "
         f"model {args.model or 'embedded SmolLM2-135M'} {args.dtype} on {lm.device}"
     )
     gather(lm, [lm.encode("warm up")])  # first-call overheads
+    if args.decode:
+        run_decode(lm, args)
+    if args.tree_steps:
+        run_tree(lm, args)
+    if args.long_prompt:
+        run_long_prompt(lm, args)
+    print(f"\n{lm.stats}")
 
+
+def run_decode(lm: CachedCausalLM, args: argparse.Namespace) -> None:
     dec = bench_decode(lm, args)
     print_table(
         f"(a) decode {args.particles} x {args.new_tokens} tokens from a shared {args.prompt_len}-token prompt",
@@ -378,21 +434,60 @@ def main() -> None:
     )
     print(f"  tokens ratio CachedCausalLM / generate      = {ours['tokens'] / gen['tokens']:.3f}")
 
-    if args.tree_steps:
-        tree = bench_tree(lm, args.particles, args.prompt_len, args.tree_steps, args.repeats)
-        print_table(
-            f"(b) resampling tree: {args.particles} particles, {args.tree_steps} steps, {args.prompt_len}-token prompt",
-            tree,
-        )
-        base, ours = tree
+
+def run_tree(lm: CachedCausalLM, args: argparse.Namespace) -> None:
+    tree = bench_tree(lm, args.particles, args.prompt_len, args.tree_steps, args.repeats)
+    print_table(
+        f"(b) resampling tree: {args.particles} particles, {args.tree_steps} steps, {args.prompt_len}-token prompt",
+        tree,
+    )
+    base, ours = tree
+    print(f"  wall speedup no sharing / CachedCausalLM     = {base['time'] / ours['time']:.2f}x")
+    print(f"  CPU speedup  no sharing / CachedCausalLM     = {base['cpu'] / ours['cpu']:.2f}x")
+    print(f"  tokens ratio CachedCausalLM / no sharing     = {ours['tokens'] / base['tokens']:.3f}")
+
+
+def run_long_prompt(lm: CachedCausalLM, args: argparse.Namespace) -> None:
+    caps = torch.cpu.get_capabilities()
+    flags = [f for f in ("avx2", "avx512_f", "amx_bf16") if caps.get(f)]
+    forced = {k: v for k, v in os.environ.items() if k.endswith(("_INSTRUCTIONS", "_CAPABILITY"))}
+    print(
+        f"\n(c) rows below a {args.long_prompt}-token prompt, {args.long_steps} decode steps; "
+        f"CPU flags {' '.join(flags)}; ATen {torch.backends.cpu.get_cpu_capability()}; forced {forced}"
+    )
+    print(
+        f"  {'rows':>5} {'layout':<16} {'prefill CPU s':>13} {'decode CPU s':>12} {'forwards/tokens':>16}"
+    )
+    for n in args.long_rows:
+        res = bench_long_prompt(lm, n, args.long_prompt, args.long_steps, args.repeats)
+        for name, r in res.items():
+            fw, tk, _ = r["work"]
+            print(
+                f"  {n:>5} {name:<16} {r['prefill_cpu']:>13.2f} {r['decode_cpu']:>12.2f} {fw:>7}/{tk}"
+            )
+        bi, row = res["batch_invariant"], res["per_row"]
+        ratio = {k: bi[k] / row[k] for k in ("prefill_cpu", "decode_cpu")}
         print(
-            f"  wall speedup no sharing / CachedCausalLM     = {base['time'] / ours['time']:.2f}x"
+            f"  {n:>5} {'ratio':<16} {ratio['prefill_cpu']:>13.2f} {ratio['decode_cpu']:>12.2f}  (goal <= 1.5)"
         )
-        print(f"  CPU speedup  no sharing / CachedCausalLM     = {base['cpu'] / ours['cpu']:.2f}x")
-        print(
-            f"  tokens ratio CachedCausalLM / no sharing     = {ours['tokens'] / base['tokens']:.3f}"
-        )
-    print(f"\n{lm.stats}")
+        if args.out is not None:
+            record = {
+                "date": datetime.date.today().isoformat(),
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "cpu": caps.get("cpu_name"),
+                "cpu_flags": flags,
+                "aten_capability": torch.backends.cpu.get_cpu_capability(),
+                "forced": forced,
+                "prompt_len": args.long_prompt,
+                "rows": n,
+                "steps": args.long_steps,
+                "repeats": args.repeats,
+                **res,
+                "ratio": ratio,
+            }
+            with args.out.open("a") as f:
+                f.write(json.dumps(record) + "\n")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ the packed copies are new. Candidates (``--candidates``):
 
 ``fp32``   the baseline: ``torch.nn.Linear`` (MKL sgemm, weight re-packed at every call).
 ``fp16``   the library's ``weights="fp16"`` (:mod:`llamppl.lm.hf.fast_linear`): FBGEMM
-           ``linear_dynamic_fp16``, float16 weights, float32 activations and sums.
+           ``linear_dynamic_fp16``, float16 weights, float32 activations and sums, summed
+           in K-blocks of at most 384 products.
+``fp16-chain`` the same, each output summed in ONE FBGEMM float32 chain over all of K (the
+           K-blocks' cost and accuracy are the difference).
 ``mkl``    MKL packed sgemm (``torch.ops.mkl._mkl_reorder_linear_weight`` /
            ``_mkl_linear``, what inductor's freezing emits): a pack per row count ``M``
            (1, 9, 64 here; 424 MB each), other ``M`` fall back to ``F.linear``.
@@ -26,10 +29,15 @@ Measurements, all in one process:
 1. **Decode step** at ``--rows`` rows (default 1, 9, 64): each row a context of
    ``--context`` tokens (a shared 15-token prompt plus random tokens), cached; a step
    asks every row's next-token log-probs after one new token, i.e. ONE forward of
-   ``rows`` new tokens over the trie cache. Candidates are interleaved within every
-   repeat; the table prints medians over ``--repeats`` and the ratio to ``fp32``
+   ``rows`` new tokens over the trie cache, in the per-row layout
+   (``batch_invariant=False``) for every kernel. Candidates are interleaved within every
+   repeat; the table prints medians of CPU time (one thread: robust to other load on
+   the machine) over ``--repeats`` and the ratio to ``fp32``
    measured in the same run, with the work counts (forward calls, tokens run), which
    must be equal across candidates.
+1b. **The default layout**: the same steps and a ``--prefill``-token prefill with the
+   batch-invariant forward (``fp16 inv``, ``fp32 inv``) beside the per-row one: what
+   batch invariance costs on this CPU.
 2. **Faithfulness**: mean KL(fp32 ‖ candidate) per token over every position of
    ``PROMPTS`` each followed by 32 tokens sampled from the fp32 model (seed 0), from
    full forwards; "faithful" means ≤ 0.01 nats.
@@ -38,7 +46,12 @@ Measurements, all in one process:
    a ``CachedCausalLM`` without ``verify=False``.
 4. **Batch invariance** of each kernel: the largest |difference| of row 0's output
    computed alone vs inside batches of 2, 3, 4, 9 and 64 rows, for every linear
-   shape of the model (the input rows are real hidden states).
+   shape of the model (the input rows are real hidden states), as called and as the
+   batch-invariant layout calls them (``linear_rows``).
+
+The CPU flags, ATen's capability and any ``*_INSTRUCTIONS`` / ``*_CAPABILITY`` variable
+(``FBGEMM_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2``
+runs the libraries' AVX2 code on an AVX-512 CPU) are printed and recorded.
 5. **Load**: seconds to swap the linears (packing) per candidate.
 
 ``--compile`` adds ``torch.compile`` (inductor, ``freezing=True``) of the fp32 model,
@@ -62,6 +75,7 @@ import argparse
 import copy
 import datetime
 import json
+import os
 import platform
 import statistics
 import sys
@@ -86,7 +100,7 @@ PROMPTS = [
 ]
 STEP_PROMPT = "The Federal Reserve said on Tuesday that it would keep interest rates unchanged"
 MKL_ROWS = (1, 9, 64)
-ALL = ("fp32", "fp16", "mkl", "bf16", "q4", "int8")
+ALL = ("fp32", "fp16", "fp16-chain", "mkl", "bf16", "q4", "int8")
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -176,12 +190,18 @@ class MKLLinear(torch.nn.Module):
 
 def build(base: torch.nn.Module, kind: str) -> torch.nn.Module:
     """A model sharing ``base``'s tensors with its linear layers swapped for ``kind``."""
-    from llamppl.lm.hf.fast_linear import accelerate_linears
+    from llamppl.lm.hf.fast_linear import FP16GatedMLP, FP16Linear, PackedFP16, accelerate_linears
 
     shared = {id(t): t for t in (*base.parameters(), *base.buffers())}
     model = copy.deepcopy(base, memo=shared).eval()
-    if kind in ("fp32", "fp16"):
-        accelerate_linears(model, kind)
+    if kind in ("fp32", "fp16", "fp16-chain"):
+        accelerate_linears(model, kind[:4])
+        for mod in model.modules() if kind == "fp16-chain" else ():
+            if isinstance(mod, FP16Linear):
+                mod.packed = PackedFP16(mod.weight.detach(), k_block=mod.in_features)
+            elif isinstance(mod, FP16GatedMLP):
+                both = torch.cat([mod.gate_proj.weight.detach(), mod.up_proj.weight.detach()])
+                mod.packed = PackedFP16(both, k_block=both.shape[1])
         return model
     head = model.get_output_embeddings()
     for parent in list(model.modules()):
@@ -228,23 +248,34 @@ def kl_per_token(models: dict, tokenizer) -> dict[str, float]:
     return out, sum(s.shape[1] for s in seqs)
 
 
-def batch_invariance(models: dict, hidden: torch.Tensor) -> dict[str, float]:
-    """Max |row 0 alone − row 0 in a batch of n|, n in 2, 3, 4, 9, 64, over each kernel's modules.
+def batch_invariance(models: dict, hidden: torch.Tensor) -> dict[str, tuple[float, float]]:
+    """Max |row 0 alone − row 0 in a batch of n|, n in 2, 3, 4, 9, 64, over each kernel's modules:
+    as called (any row count), and as the batch-invariant layout calls them (rows padded to
+    the row calls of ``linear_rows``: a multiple of 6 for FBGEMM, 48-row calls otherwise).
 
     The modules: layer 0's q/k/v/o projections and its MLP (fused or not), and the head;
     ``hidden`` (64, D) are real hidden states.
     """
+    from llamppl.lm.hf.fast_linear import linear_rows
+
+    def padded(mod, x, rows):  # row 0's call as the layout makes it: its rows, then zero rows
+        a, b = rows.calls(len(x))[0]
+        return mod(torch.cat([x[a:b], x.new_zeros(rows.rows(b - a) - (b - a), x.shape[1])]))
+
     out = {}
     with torch.inference_mode():
         for kind, model in models.items():
+            rows = linear_rows(model)
             attn, layer = model.model.layers[0].self_attn, model.model.layers[0]
             mods = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, layer.mlp]
-            worst = 0.0
+            worst, worst_padded = 0.0, 0.0
             for mod in [*mods, model.get_output_embeddings()]:
-                alone = mod(hidden[:1])
+                alone, alone_p = mod(hidden[:1]), padded(mod, hidden[:1], rows)
                 for n in (2, 3, 4, 9, 64):
                     worst = max(worst, float((mod(hidden[:n])[0] - alone[0]).abs().max()))
-            out[kind] = worst
+                    got = padded(mod, hidden[:n], rows)[0]
+                    worst_padded = max(worst_padded, float((got - alone_p[0]).abs().max()))
+            out[kind] = (worst, worst_padded)
     return out
 
 
@@ -265,14 +296,28 @@ def step_times(lms: dict, tokenizer, rows: int, context: int, repeats: int):
         for kind, lm in lms.items():
             step = [c + (30000 + r,) for c in ctxs]  # a new sibling token each repeat
             f0, t0 = lm.stats.forward_calls, lm.stats.tokens_run
-            start = time.perf_counter()
+            start = time.process_time()  # CPU s: one thread, robust to other load
             lm.batch_next_token_logprobs(step)
-            elapsed = time.perf_counter() - start
+            elapsed = time.process_time() - start
             if r >= 2:  # two warm-up steps
                 times[kind].append(elapsed)
                 fw, tk = work.get(kind, (0, 0))
                 work[kind] = (fw + lm.stats.forward_calls - f0, tk + lm.stats.tokens_run - t0)
     return {k: statistics.median(v) for k, v in times.items()}, work
+
+
+def prefill_times(lms: dict, tokenizer, length: int, repeats: int) -> dict[str, float]:
+    """Median seconds to serve one fresh ``length``-token context (one forward), per LM."""
+    unit = tuple(tokenizer.encode(" ".join(PROMPTS)))
+    ctx = (unit * (length // len(unit) + 1))[:length]
+    times: dict[str, list[float]] = {k: [] for k in lms}
+    for _ in range(repeats):
+        for kind, lm in lms.items():
+            lm.clear_cache()
+            start = time.process_time()
+            lm.batch_next_token_logprobs([ctx])
+            times[kind].append(time.process_time() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def compile_study(base, tokenizer, rows_list, context, repeats, part: str) -> dict:
@@ -312,6 +357,7 @@ def main() -> None:
     parser.add_argument("--candidates", nargs="+", choices=ALL, default=list(ALL))
     parser.add_argument("--rows", nargs="+", type=positive_int, default=[1, 9, 64])
     parser.add_argument("--context", type=positive_int, default=40)
+    parser.add_argument("--prefill", type=positive_int, default=512, help="prefill tokens")
     parser.add_argument("--repeats", type=positive_int, default=7, help="timed steps (median)")
     parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--compile", action="store_true", help="also torch.compile (slow)")
@@ -325,7 +371,11 @@ def main() -> None:
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {platform.machine()}")
     caps = torch.cpu.get_capabilities()
     isa = [f for f in ("avx2", "avx512_f", "avx512_bf16", "avx512_vnni", "amx_bf16") if caps.get(f)]
-    print(f"CPU {caps.get('cpu_name')}: {' '.join(isa)}")
+    print(
+        f"CPU {caps.get('cpu_name')}: {' '.join(isa)}; ATen {torch.backends.cpu.get_cpu_capability()}"
+    )
+    forced = {k: v for k, v in os.environ.items() if k.endswith(("_INSTRUCTIONS", "_CAPABILITY"))}
+    print(f"forced: {forced or 'nothing'}")
     fp32 = CachedCausalLM.default(weights="fp32")
     base, tokenizer = fp32.model, fp32.tokenizer
     models, load_s = {}, {}
@@ -334,22 +384,42 @@ def main() -> None:
         models[kind] = build(base, kind)
         load_s[kind] = time.perf_counter() - t0
     lms, probe = {}, {}
-    for kind, model in models.items():
-        lm = CachedCausalLM(model, tokenizer, verify=False)
+    for kind, model in models.items():  # kernels side by side: the per-row layout for all
+        lm = CachedCausalLM(model, tokenizer, verify=False, batch_invariant=False)
         probe[kind] = probe_difference(lm, float("inf"))  # verify_exact's number, never raises
         lms[kind] = lm
+    layouts = [k for k in ("fp16", "fp32") if k in models]  # and the default, batch-invariant
+    for kind in layouts:
+        lms[f"{kind} inv"] = CachedCausalLM(models[kind], tokenizer, verify=False)
 
     times = {}
     work = {}
     for rows in args.rows:
         times[rows], work[rows] = step_times(lms, tokenizer, rows, args.context, args.repeats)
+    prefill = prefill_times(lms, tokenizer, args.prefill, max(3, args.repeats // 2))
     kl, n_tokens = kl_per_token(models, tokenizer)
+    print(
+        f"\nthe batch-invariant layout (default) beside the per-row one: decode step (median of "
+        f"{args.repeats}, CPU) at each row count and a {args.prefill}-token prefill (median of "
+        f"{max(3, args.repeats // 2)}), ms (× per-row)"
+    )
+    for kind in layouts:
+        cells = [
+            f"{times[r][kind + ' inv'] * 1e3:.1f} / {times[r][kind] * 1e3:.1f} "
+            f"({times[r][kind + ' inv'] / times[r][kind]:.2f}×)"
+            for r in args.rows
+        ]
+        pre = prefill[kind + " inv"] / prefill[kind]
+        print(
+            f"  {kind}: " + "; ".join(f"{r} rows {c}" for r, c in zip(args.rows, cells)) + "; "
+            f"prefill {prefill[kind + ' inv'] * 1e3:.0f} / {prefill[kind] * 1e3:.0f} ({pre:.2f}×)"
+        )
     with torch.inference_mode():
         hidden = base.model(torch.tensor([tokenizer.encode(" ".join(PROMPTS) * 2)[:64]]))
     invariance = batch_invariance(models, hidden.last_hidden_state[0])
 
     head = f"{'rows':>5} " + " ".join(f"{k:>16}" for k in kinds) + "   forwards/tokens per step"
-    print(f"\ndecode step, context {args.context}, median of {args.repeats} (ms, ×fp32)")
+    print(f"\ndecode step, context {args.context}, median of {args.repeats} (CPU ms, ×fp32)")
     print(head)
     for rows in args.rows:
         base_t = times[rows]["fp32"]
@@ -362,10 +432,12 @@ def main() -> None:
         print(f"{rows:>5} {cells}   {fw / args.repeats:.0f}/{tk / args.repeats:.0f}{same}")
     print(f"\nmean KL(fp32 ‖ candidate) per token over {n_tokens} tokens; faithful: ≤ 0.01")
     print("verify_exact: max |cached − fresh| log-prob on its probe (passes at ≤ 1e-3, float32)")
-    print("batch invariance: max |row alone − row in batch of 2, 3, 4, 9, 64| (all shapes)")
-    print(f"{'':18} {'KL/token':>10} {'verify_exact':>13} {'batch-var':>10} {'pack s':>7}")
+    print("batch invariance: max |row alone − row in batch of 2, 3, 4, 9, 64| (all shapes), as")
+    print("called / as the batch-invariant layout calls them (rows padded to its row calls)")
+    print(f"{'':18} {'KL/token':>10} {'verify_exact':>13} {'batch-var':>19} {'pack s':>7}")
     for k in kinds:
-        print(f"{k:18} {kl[k]:10.2e} {probe[k]:13.2e} {invariance[k]:10.2e} {load_s[k]:7.2f}")
+        var = f"{invariance[k][0]:.1e} / {invariance[k][1]:.1e}"
+        print(f"{k:18} {kl[k]:10.2e} {probe[k]:13.2e} {var:>19} {load_s[k]:7.2f}")
 
     compiled = None
     if args.compile:
@@ -388,7 +460,12 @@ def main() -> None:
             "isa": isa,
             "context": args.context,
             "repeats": args.repeats,
-            "step_ms": {r: {k: times[r][k] * 1e3 for k in kinds} for r in args.rows},
+            "forced": forced,
+            "aten_capability": torch.backends.cpu.get_cpu_capability(),
+            "layout": "per-row (batch_invariant=False) for step_ms; '<kind> inv': the default",
+            "step_ms": {r: {k: times[r][k] * 1e3 for k in lms} for r in args.rows},
+            "prefill_tokens": args.prefill,
+            "prefill_ms": {k: v * 1e3 for k, v in prefill.items()},
             "ratio": {r: {k: times[r]["fp32"] / times[r][k] for k in kinds} for r in args.rows},
             "work_per_step": {
                 r: {

@@ -42,7 +42,10 @@ from llamppl.constraints import collie_constraint, max_word_length, token_budget
 from llamppl.distributed import Job, run_many
 from llamppl.models import GrammarConstraint, HardConstraint
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = next(
+    (up / "shared" / "data" for up in Path(__file__).resolve().parents if (up / "shared").is_dir()),
+    Path(__file__).resolve().parents[2] / "shared" / "data",
+)  # the nearest parent folder that has shared/
 COLLIE = DATA / "collie" / "collie_v1.json"
 SCHEMAS = DATA / "jsonschemabench" / "Github_easy"
 
@@ -179,10 +182,19 @@ def main() -> None:
     if args.batch_invariant is not None:
         lm.batch_invariant = args.batch_invariant == "on"
     linear = sorted({type(m).__name__ for m in lm.model.modules() if "Linear" in type(m).__name__})
+    caps = torch.cpu.get_capabilities()
+    cpu = {
+        "cpu": caps.get("cpu_name"),
+        "cpu_flags": [f for f in ("avx2", "avx512_f", "amx_bf16") if caps.get(f)],
+        "aten_capability": torch.backends.cpu.get_cpu_capability(),
+        "forced": {
+            k: v for k, v in os.environ.items() if k.endswith(("_INSTRUCTIONS", "_CAPABILITY"))
+        },
+    }
     print(
         f"[throughput] task {args.task}, torch threads {torch.get_num_threads()}, "
         f"batch_invariant={lm.batch_invariant}, share_prefix={lm.share_prefix}, "
-        f"linear layers {'/'.join(linear)}",
+        f"linear layers {'/'.join(linear)}; {cpu}",
         flush=True,
     )
     jobs = jobs_for(args.task, max(args.sizes), args.particles)
@@ -208,6 +220,7 @@ def main() -> None:
             "batch_invariant": lm.batch_invariant,
             "linear": linear,
             "threads": torch.get_num_threads(),
+            **cpu,
             "serial": {key: v for key, v in alone.items() if key not in ("log_ml", "first")},
             "at_once": {key: v for key, v in together.items() if key not in ("log_ml", "first")},
             "ratio": rate[1] / rate[0],

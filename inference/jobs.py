@@ -12,6 +12,7 @@ here or on Ray workers, which run them with :func:`run_jobs` too::
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import inspect
 import os
@@ -20,6 +21,9 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from llamppl import cpu_accounts
+from llamppl.cpu_accounts import Account
 
 __all__ = [
     "CPUShares",
@@ -78,9 +82,13 @@ class JobResult:
     is the run record when the algorithm produced one (``record=True``), else None.
     ``output`` is what a :meth:`Job.call` job's function returned (its ``result`` and
     ``particle`` fields emptied, so it pickles without the LM), else None. ``time_s`` is
-    the job's wall time; ``cpu_s`` its share of the process's CPU time (:class:`CPUShares`:
-    alone, all of it; beside other jobs, the CPU used while it ran split evenly among the
-    jobs running at each moment).
+    the job's wall time; ``cpu_s`` the process CPU time it used. Alone (:func:`run_job`)
+    that is all the CPU of its run. Beside other jobs (:func:`run_jobs`) it is measured
+    (:mod:`llamppl.cpu_accounts`): the CPU of every step of its own tasks, plus its rows'
+    share of every batched call (a forward of R rows charges each row 1/R of its CPU), plus
+    an even share of the event loop's own work between steps among the jobs running then
+    (:class:`CPUShares`). A job with more particles, longer texts or costlier checks gets a
+    larger share, and the shares of all jobs add up to the CPU used while any ran.
     """
 
     index: int
@@ -213,12 +221,13 @@ def _fill(out: JobResult, result: Any) -> None:
 
 
 class CPUShares:
-    """Each running job's share of this process's CPU time.
+    """Each running job's even share of a clock: by default this process's CPU time.
 
-    Between two consecutive starts or ends of jobs, the CPU time the process used is split
+    Between two consecutive starts or ends of jobs, the time the clock advanced is split
     evenly among the jobs running in that interval; a job's share is the sum over the
-    intervals it ran in. The shares of all jobs add up to the CPU used while any ran.
-    ``clock`` may be another clock (``time.perf_counter``: shares of the wall time).
+    intervals it ran in. The shares of all jobs add up to the clock's advance while any ran.
+    ``clock`` may be another clock (``time.perf_counter``: shares of the wall time;
+    :func:`run_jobs` passes the CPU time that no job's account measured).
     """
 
     def __init__(self, clock: Callable[[], float] | None = None) -> None:
@@ -275,7 +284,10 @@ async def run_jobs(
     """
     gate = asyncio.Semaphore(concurrency)
     worker = f"pid {os.getpid()}"
-    shares = CPUShares()
+    # each job's CPU: its account (its steps, its rows of batched calls), plus an even share
+    # of what no account measured (the loop's own work), see JobResult
+    accounts = [Account() for _ in jobs]
+    shares = CPUShares(lambda: time.process_time() - cpu_accounts.measured())
 
     async def one(i: int, job: Job) -> JobResult:
         async with gate:
@@ -292,9 +304,17 @@ async def run_jobs(
             except Exception:
                 out.error = traceback.format_exc()
             out.time_s = time.perf_counter() - t0
-            out.cpu_s = shares.leave(i)
+            out.cpu_s = accounts[i].seconds + shares.leave(i)
             if on_done is not None:
                 on_done(out)
             return out
 
-    return list(await asyncio.gather(*(one(i, job) for i, job in enumerate(jobs))))
+    def in_account(i: int, job: Job) -> asyncio.Future:
+        """Job i's task, created in a context that charges its account (so are its children)."""
+        context = contextvars.copy_context()
+        context.run(cpu_accounts.ACCOUNT.set, accounts[i])
+        return context.run(asyncio.ensure_future, one(i, job))
+
+    with cpu_accounts.timed_tasks():
+        tasks = [in_account(i, job) for i, job in enumerate(jobs)]
+        return list(await asyncio.gather(*tasks))

@@ -49,6 +49,13 @@ class TrainingReport:
         Held-out ``(mean predicted ψ, observed success rate, prefixes)`` per decile of ψ.
     rollout_cpu_seconds, fit_cpu_seconds : float
         Process CPU time of the runs and of the fit.
+    label_mean, label_variance : float
+        Mean and variance of the training labels: a variance near 0 (every label the same)
+        leaves the head nothing to learn.
+    warnings : list[str]
+        What :func:`~llamppl.inference.twist_learning.learn_twist` warned about (labels that
+        carry no signal, a head no better than a constant on held-out prefixes), each with
+        what to change; empty when the fit looks useful.
     """
 
     rollouts: int = 0
@@ -62,6 +69,9 @@ class TrainingReport:
     calibration: list[tuple[float, float, int]] = field(default_factory=list)
     rollout_cpu_seconds: float = 0.0
     fit_cpu_seconds: float = 0.0
+    label_mean: float = math.nan
+    label_variance: float = math.nan
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def success_rate(self) -> float:

@@ -5,9 +5,10 @@ given ``record=True`` (kept on ``SMCResult.record``) or ``record=path`` (also wr
 there); ``smc_standard``/``smc_steer`` also take LLaMPPL's names ``json_file=path`` and
 ``visualization_dir=dir`` (writes ``dir/record.json``). One snapshot is taken per step,
 after reweighting and before resampling, plus the final population. Format
-(``"version": 2``; version 1 lacked ``parent``, ``died`` and ``append``)::
+(``"version": 3``; version 2 lacked ``ending``, version 1 also ``parent``, ``died`` and
+``append``)::
 
-    {"format": "llamppl-run-record", "version": 2, "algorithm": "smc_standard",
+    {"format": "llamppl-run-record", "version": 3, "algorithm": "smc_standard",
      "n_particles": 8, "log_ml": -3.2,
      "steps": [{"step": 1, "ess": 7.1, "log_ml": -0.4, "resampled": false,
                 "ancestors": null,
@@ -18,12 +19,14 @@ after reweighting and before resampling, plus the final population. Format
                                "died": false, "parent": 0}, ...]},
                ...],
      "final": [{"append": "", "log_weight": -2.9, "finished": true, "died": false,
-                "parent": 3}, ...]}
+                "parent": 3, "ending": "end token"}, ...]}
 
 A particle's text is ``string_for_serialization()``, stored as ``"append"`` (what
 it adds to its parent's text) when it extends its parent's text and as ``"text"``
 otherwise, so memory stays linear in steps × particles; ``frame_texts(record)``
-gives the full texts. A weight of −inf (a particle that
+gives the full texts. ``ending`` is how a finished particle's text ended (``Model.ending``:
+``"end token"``, ``"forced end"`` or ``"cut"``), present only when the program names one.
+A weight of −inf (a particle that
 failed a condition; ``"died": true``) is written as ``null``, so the file is strict
 JSON. A lone surrogate code point in a text (``"\\ud800"``: a token string that is not
 valid Unicode, which browsers and strict JSON readers reject) is written as U+FFFD,
@@ -70,7 +73,7 @@ __all__ = [
     "write_json",
 ]
 
-VERSION = 2
+VERSION = 3
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 RunRecord = dict[str, Any]  # the JSON-ready run record (format above)
@@ -146,6 +149,7 @@ class RunRecorder:
                 "finished": bool(p.finished),
                 "died": w == -math.inf,
                 "parent": None if a is None else int(a),
+                **_ending_entry(p),
             }
             for p, text, w, a in zip(particles, texts, log_weights.tolist(), parents)
         ]
@@ -228,6 +232,12 @@ class RunRecorder:
         for path in self.paths:
             write_json(self.data, path)
         return self.data
+
+
+def _ending_entry(particle: Model) -> dict[str, str]:
+    """``{"ending": how}`` for a finished particle whose program names how it ended, else ``{}``."""
+    how = particle.ending if particle.finished else None
+    return {} if how is None else {"ending": str(how)}
 
 
 def _text_of(particle: Model) -> str:

@@ -89,22 +89,28 @@ class SMCResult(Sequence):
         """Effective sample size of the final weights."""
         return ess(self.log_weights)
 
-    def _cut(self, key: str) -> bool:
-        """Whether every weighted particle with this posterior key was cut at a token limit
-        (a program's ``ending == "cut"``, e.g. ``HardConstraint``'s) rather than ended."""
+    def _mark(self, key: str) -> str:
+        """`` (cut)`` or `` (forced end)`` when every weighted particle with this posterior key
+        ended so (a program's ``ending``, e.g. ``HardConstraint``'s), else ``""``."""
         endings = {
             getattr(p, "ending", None)
             for p, w in zip(self.particles, self.weights)
             if w > 0 and p.string_for_serialization() == key
         }
-        return endings == {"cut"}
+        return f" ({endings.pop()})" if endings in ({"cut"}, {"forced end"}) else ""
 
     def _notes(self) -> list[str]:
         """Remarks on what the weighted particles' texts are (shown under the posterior)."""
         weighted = [p for p, w in zip(self.particles, self.weights) if w > 0]
+        endings = {getattr(p, "ending", None) for p in weighted}
         notes = []
-        if any(getattr(p, "ending", None) == "cut" for p in weighted):
+        if "cut" in endings:
             notes.append("(cut): the text reached the token limit instead of ending")
+        if "forced end" in endings:
+            notes.append(
+                "(forced end): the text reached the token limit, where only an end token was "
+                "allowed (truncated='drop'); its weight counts the LM's probability of ending there"
+            )
         if any(getattr(p, "prefix_only", False) for p in weighted):
             notes.append(
                 "these texts were accepted by the prefix check alone (give complete= for a "
@@ -148,7 +154,7 @@ class SMCResult(Sequence):
         if self.failures:
             lines.append(f"  particles that died, by cause: {self._failure_text()}")
         for text, w in list(self.posterior.items())[:10]:
-            lines.append(f"  {w:8.4f}  {text!r}{' (cut)' if self._cut(text) else ''}")
+            lines.append(f"  {w:8.4f}  {text!r}{self._mark(text)}")
         lines += [f"  note: {note}" for note in self._notes()]
         return "\n".join(lines)
 
@@ -158,7 +164,7 @@ class SMCResult(Sequence):
     def _repr_html_(self) -> str:
         rows = "".join(
             f"<tr><td>{w:.4f}</td><td style='text-align:left;white-space:pre-wrap'>{html.escape(t)}"
-            f"{' <i>(cut)</i>' if self._cut(t) else ''}</td></tr>"
+            f"{' <i>' + self._mark(t)[1:] + '</i>' if self._mark(t) else ''}</td></tr>"
             for t, w in list(self.posterior.items())[:20]
         )
         notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in self._notes())

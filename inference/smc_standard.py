@@ -85,7 +85,9 @@ async def smc_standard(
         resamples (every step with ``every_step=True``), an independent Metropolis–Hastings
         move regenerates each particle's last ``k`` steps with the program's own proposal and
         accepts by the ratio of the tails' incremental weights; π_t (the twisted intermediate
-        target) stays invariant and the weights unchanged. ``SMCResult.stats`` then holds the
+        target) stays invariant and the weights unchanged. With ``every_step=True`` Ẑ stays
+        exactly unbiased; after resampling only, exactly only as N grows (the measured bias is
+        in :mod:`llamppl.inference.moves`). ``SMCResult.stats`` then holds the
         acceptance rate (``move_acceptance``), the work (``move_proposals``,
         ``move_program_steps``) and the distinct particles before and after each move.
     """

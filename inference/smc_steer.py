@@ -52,7 +52,9 @@ kernel needs one path of that state drawn from π_t(path | state), so the trail 
 drawn among the merged candidates' trails ∝ their weights. Its slots are unchanged: the
 children it gets next step are drawn from its moved state. Moves happen after the steps that
 down-sampled (more candidates than N), or after every step with ``every_step=True``, the
-schedule fixed in advance under which Ẑ stays exactly unbiased.
+schedule fixed in advance under which Ẑ stays exactly unbiased (the move never touches a
+particle done before the step, so stopping when all are done is exact too; module docstring
+of :mod:`llamppl.inference.moves`).
 
     result = await smc_steer(model, n_particles=8, n_beam=3, seed=0)
     result = await smc_steer(model, 8, 3, move=ResampleMove(k=2, every_step=True), seed=0)

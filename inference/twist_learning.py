@@ -44,6 +44,21 @@ head's error costs efficiency only: exactness holds for every positive twist. Th
 (``rounds > 1`` re-runs the program under the twist learned so far and refits on all data,
 so the head also sees the prefixes its own twist makes SMC keep.)
 
+**When the fit cannot help, it says so.** A head is only as good as the contrast in its
+labels. If (nearly) every rollout succeeds, every ``"success"`` label is 1 and the best head
+is the constant ψ = 1, which is no twist at all; a fitted head is then at best useless and,
+penalised and fitted for finitely many epochs, slightly worse than the constant on held-out
+prefixes. :func:`learn_twist` therefore warns (``UserWarning``, also kept on
+``report.warnings``) when
+
+- the training labels carry no signal: their variance is below :data:`FLAT_LABELS` (0.01;
+  for 0/1 labels, fewer than about 1 prefix in 100 on one side), and
+- the head is no better than a constant on held-out prefixes: its held-out cross-entropy is
+  not below that of the training success rate,
+
+each time naming what to change (another ``target``, prompts or settings under which some
+runs fail or succeed, more or other prompts, other features).
+
 Use it in any program through ``Model.twist`` (:meth:`LearnedTwist.retwist` sets the
 particle's outstanding twist to log ψ of its prefix), or pass it to
 :class:`~llamppl.models.HardConstraint` as ``twist=``::
@@ -60,6 +75,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -73,10 +89,14 @@ from .learned_twist import LearnedTwist, TrainingReport, head_module
 from .smc_standard import smc_standard
 from .twist_features import TwistFeatures
 
-__all__ = ["LearnedTwist", "TARGETS", "TrainingReport", "learn_twist", "fit_head"]
+__all__ = ["LearnedTwist", "TARGETS", "FLAT_LABELS", "TrainingReport", "learn_twist", "fit_head"]
 
 #: What a recorded prefix is labelled with (module docstring, "What is fitted").
 TARGETS = ("success", "weight")
+
+#: Training labels whose variance is below this carry no signal to fit (module docstring,
+#: "When the fit cannot help"): for 0/1 labels, fewer than about 1 in 100 on one side.
+FLAT_LABELS = 0.01
 
 #: Where a particle keeps the features its recording twist saw (an immutable linked list).
 _TRACE = "_twist_trace"
@@ -241,6 +261,10 @@ def learn_twist(
         Stop starting runs once this much process CPU time is spent (the fit comes after).
     progress : bool
         A tqdm bar over the runs and the held-out loss printed after each round.
+
+    Warns (``UserWarning``, also listed on ``report.warnings``) when the training labels carry
+    no signal, or when the head is no better than a constant on the held-out prefixes, saying
+    what to change (module docstring, "When the fit cannot help").
     """
     if not callable(make_model):
         raise TypeError(f"make_model must be callable, got {type(make_model).__name__}")
@@ -307,7 +331,48 @@ def learn_twist(
     finally:
         if bar is not None:
             bar.close()
+    for message in _diagnosis(current.report, target):
+        current.report.warnings.append(message)
+        warnings.warn(message, UserWarning, stacklevel=2)
     return current
+
+
+def _diagnosis(report: TrainingReport, target: str) -> list[str]:
+    """What the fit cannot do, and what to change (module docstring, "When the fit cannot help")."""
+    out = []
+    mean, var = report.label_mean, report.label_variance
+    if var < FLAT_LABELS:
+        if target == "success" and mean >= 0.5:
+            cause = (
+                "nearly every rollout succeeded, so every prefix looks alike to the head. Use "
+                "target='weight' with ess_threshold=0 (labels then grade the weight each prefix "
+                "goes on to gain), or training prompts and settings under which some runs fail "
+                "(harder prompts, a tighter max_tokens, fewer particles); or run without a twist"
+            )
+        elif target == "success":
+            cause = (
+                "nearly no rollout succeeded. Use more runs (runs_per_prompt, n_particles), "
+                "easier training prompts, or a success= that also counts partial successes"
+            )
+        else:
+            cause = (
+                "every prefix goes on to gain about the same weight. Use other training "
+                "prompts, a success= that tells outcomes apart, or run without a twist"
+            )
+        out.append(
+            f"learn_twist: the {report.examples} training labels carry no signal (mean "
+            f"{mean:.4f}, variance {var:.2g} < {FLAT_LABELS}): {cause}."
+        )
+    if report.held_out_examples and not report.held_out_loss < report.base_loss:
+        out.append(
+            f"learn_twist: the head is no better than a constant on the "
+            f"{report.held_out_examples} held-out prefixes (cross-entropy "
+            f"{report.held_out_loss:.4f} against {report.base_loss:.4f} nats for the training "
+            "success rate), so the twist is not expected to help. Train on more and more varied "
+            "prompts (prompts=, runs_per_prompt=), give features that tell good prefixes from "
+            "bad, try another target or head (hidden=, l2=), or run without the twist."
+        )
+    return out
 
 
 def _fit(data, features, hidden, l2, epochs, clip, seed, report) -> LearnedTwist:
@@ -321,6 +386,7 @@ def _fit(data, features, hidden, l2, epochs, clip, seed, report) -> LearnedTwist
     y = torch.tensor([y for _, y in train])  # (n,)
     head, mean, std = fit_head(x, y, hidden, l2, epochs, seed)
     twist = LearnedTwist(features, head, mean, std, clip, hidden, report)
+    report.label_mean, report.label_variance = float(y.mean()), float(y.var(unbiased=False))
     with torch.no_grad():
         report.train_loss = _bce(head((x - mean) / std).squeeze(-1), y)
         report.examples, report.held_out_examples = len(train), len(test)

@@ -13,7 +13,9 @@ them all to ``serve`` in one call and resolves each awaiting future::
 
 An exception raised by ``serve`` is set on every future of that call. Requests
 whose awaiting task was cancelled are dropped before serving. Moving to another
-event loop forgets the requests pending on the old one.
+event loop forgets the requests pending on the old one. The CPU time of each ``serve``
+call is charged to the requests' CPU accounts, evenly per request, when they have any
+(:mod:`llamppl.cpu_accounts`: many jobs on one loop, each with its share of every batch).
 
 This is the basics floor: it knows nothing of language models.
 """
@@ -21,8 +23,11 @@ This is the basics floor: it knows nothing of language models.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
+
+from .cpu_accounts import ACCOUNT, Account, shared_call
 
 __all__ = ["Coalescer"]
 
@@ -49,7 +54,7 @@ class Coalescer(Generic[R, T]):
             raise TypeError(f"serve must be callable, got {type(serve).__name__}")
         self.serve = serve
         self.calls = 0
-        self._pending: list[tuple[R, asyncio.Future]] = []
+        self._pending: list[tuple[R, asyncio.Future, Account | None]] = []
         self._flush_task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -59,9 +64,11 @@ class Coalescer(Generic[R, T]):
         if loop is not self._loop:
             self._loop, self._pending, self._flush_task = loop, [], None
         fut = loop.create_future()
-        self._pending.append((request, fut))
-        if self._flush_task is None:
-            self._flush_task = loop.create_task(self._flush())
+        self._pending.append((request, fut, ACCOUNT.get()))
+        if self._flush_task is None:  # everyone's task: charged to no one's CPU account
+            context = contextvars.copy_context()
+            context.run(ACCOUNT.set, None)
+            self._flush_task = context.run(loop.create_task, self._flush())
         return await fut
 
     async def _flush(self) -> None:
@@ -71,17 +78,17 @@ class Coalescer(Generic[R, T]):
             seen = len(self._pending)
             await asyncio.sleep(0)
         pending, self._pending, self._flush_task = self._pending, [], None
-        live = [(r, f) for r, f in pending if not f.cancelled()]
+        live = [(r, f, a) for r, f, a in pending if not f.cancelled()]
         if not live:
             return
         self.calls += 1
-        try:
-            results = self.serve([r for r, _ in live])
+        try:  # one call for the round; its CPU time charged per request (module docstring)
+            results = shared_call([a for _, _, a in live], self.serve, [r for r, _, _ in live])
         except BaseException as exc:  # surface the error at every awaiting call
-            for _, f in live:
+            for _, f, _ in live:
                 if not f.done():
                     f.set_exception(exc)
             return
-        for (_, f), res in zip(live, results):
+        for (_, f, _), res in zip(live, results):
             if not f.done():
                 f.set_result(res)

@@ -50,7 +50,17 @@ from .context import LMContext
 from .distributions import Distribution
 from .validation import bool_like, real_number
 
-__all__ = ["Model", "ParticleDead", "state_key"]
+__all__ = ["Model", "ParticleDead", "state_key", "TWIST_LIMIT"]
+
+#: The largest |twist| in nats (:meth:`Model.twist`), for one twist and for the twists not yet
+#: undone. A twist a is added to the weight w and later subtracted; each operation rounds to
+#: float64, whose spacing below 2^20 (> 10^6) is at most 2^-33 ≈ 1.2e-10, so a twist and its
+#: undo leave w changed by at most ~1.2e-10 nats: thousands of times below the precision of
+#: the weights themselves (log-probabilities of float32 logits, ~1e-6 nats; a cached forward
+#: agrees with a fresh one to 1e-4). Beyond it the error grows with |a|: at 10^17 the spacing
+#: is 16 nats, and w + a − a returns 0 whatever w was. No useful potential comes near 10^6
+#: nats (a likelihood ratio of e^1000000).
+TWIST_LIMIT = 1e6
 
 
 class ParticleDead(BaseException):
@@ -194,10 +204,12 @@ class Model:
 
     @property
     def ending(self) -> str | None:
-        """How a finished particle's text finished: ``"end token"`` (its LM ended it) or
-        ``"cut"`` (the program stopped it, at a token limit); None while it runs, when it died,
-        or when the program has no single ``LMContext`` to tell. Programs may set it
-        (``HardConstraint`` does); results mark cut texts (``SMCResult``)."""
+        """How a finished particle's text finished: ``"end token"`` (its LM ended it),
+        ``"forced end"`` (an end token where the program allowed nothing else, at a token
+        limit: ``HardConstraint(truncated="drop")``) or ``"cut"`` (the program stopped it, at a
+        token limit); None while it runs, when it died, or when the program has no single
+        ``LMContext`` to tell. Programs may set it (``HardConstraint`` does); results mark cut
+        texts and forced ends (``SMCResult``), run records store it."""
         if self._ending is not None or not self.finished or self.weight == -math.inf:
             return self._ending
         contexts = [v for v in vars(self).values() if isinstance(v, LMContext)]
@@ -210,10 +222,22 @@ class Model:
         self._ending = how
 
     def twist(self, amount: float) -> None:
-        """Add an intermediate potential ``amount`` (undo it later with ``twist(-amount)`` or :meth:`untwist`)."""
+        """Add an intermediate potential ``amount`` (undo it later with ``twist(-amount)`` or :meth:`untwist`).
+
+        ``amount`` is a log-potential in nats: a real number within ±:data:`TWIST_LIMIT`
+        (10^6), or ``-inf`` (a potential of zero), and the twists not yet undone must stay
+        within that range too; beyond it a ``ValueError`` (see :data:`TWIST_LIMIT`).
+        """
         amount = real_number("twist(amount)", amount)
+        pending = self._twist_amount + amount
+        if pending != -math.inf and not (abs(amount) <= TWIST_LIMIT >= abs(pending)):
+            raise ValueError(
+                f"twist(amount) must lie within ±{TWIST_LIMIT:.0e} nats, and so must the twists not "
+                f"yet undone (float64 undoes a twist exactly to about 1e-10 nats only up to "
+                f"there); got amount={amount!r}, pending twists would total {pending!r}"
+            )
         self._add_score(amount, "twist(amount)")
-        self._twist_amount += amount
+        self._twist_amount = pending
 
     @property
     def twist_amount(self) -> float:

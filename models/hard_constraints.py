@@ -42,7 +42,9 @@ tokens (the end token included) the text is cut; what happens to a cut text is
   ended there (G = 1_{C_F}(s)); a text that only a prefix check admits, such as half a
   molecule, gets weight 0 with the cause ``"token limit"``;
 - ``"drop"``: every cut text gets weight 0 (only texts that ended by themselves, the
-  LM's own EOS, are in the posterior); at the last position only end tokens are proposed;
+  LM's own EOS, are in the posterior); at the last position only end tokens are allowed
+  (and proposed), weighted by the LM's probability of ending there, and a text ended so
+  says ``ending == "forced end"``;
 - ``"keep"``: every cut text whose prefixes are all in C is kept (LLaMPPL's behaviour;
   for prefix-closed constraints such as ``max_word_length`` this equals ``"check"``).
 
@@ -66,7 +68,9 @@ engine's ``move=``: ``smc_standard(model, 8, move=ResampleMove(k=2))`` regenerat
 particle's last two tokens with the formulation's own proposal after resampling and accepts
 by the ratio of the tails' weights (G', or the lazy draw's estimate of it, twists included),
 which leaves the intermediate target invariant (:mod:`llamppl.inference.moves`; for the lazy
-proposal it is a pseudo-marginal move, exact too). A move never changes the posterior or Z.
+proposal it is a pseudo-marginal move, exact too). With ``ResampleMove(k, every_step=True)``
+a move never changes the posterior or Z; moving only after resampling (the default) is
+exact as N grows, with a bias at small N (measured in :mod:`llamppl.inference.moves`).
 
 A text constraint sees the concatenation of ``lm.vocab[t]`` over the generated tokens
 (end token excluded)::
@@ -196,8 +200,10 @@ class HardConstraint(Model):
     failure : str | None
         Why the particle got weight zero (None while alive).
     ending : str | None
-        How the text finished: ``"end token"`` (EOS, or a newline under ``stop="newline"``),
-        ``"cut"`` (at ``max_tokens``), None while it runs or after it died.
+        How the text finished: ``"end token"`` (EOS, or a newline under ``stop="newline"``,
+        drawn among the other tokens), ``"forced end"`` (an end token at the last position
+        under ``truncated="drop"``, where only end tokens are allowed), ``"cut"`` (at
+        ``max_tokens``), None while it runs or after it died.
     """
 
     #: How failure causes name the constraint ("token outside the constraint").
@@ -253,7 +259,7 @@ class HardConstraint(Model):
         self.state = self.constraint.start(lm)
         self.checks = self.forced = 0
         self.failure = None
-        self.ending = None  # "end token" or "cut" once finished
+        self.ending = None  # "end token", "forced end" or "cut" once finished
         if isinstance(self.state, str):
             with time_bound(self.check_timeout):
                 if not self.constraint(""):
@@ -288,15 +294,16 @@ class HardConstraint(Model):
         token = await self.formulation.draw(self, ahead=ahead, only_end=only_end, left=left)
         if token is None:  # the particle died (its cause named)
             return
-        self._after(token, last)
+        self._after(token, last, only_end)
         if not self.done_stepping():
             await self._retwist()
 
-    def _after(self, token: int, last: bool) -> None:
-        """Advance the state by ``token``; end or cut the text."""
+    def _after(self, token: int, last: bool, only_end: bool) -> None:
+        """Advance the state by ``token``; end (``only_end``: where only an end token could
+        come) or cut the text."""
         lm = self.context.lm
         if token in self.end_ids:
-            self.ending = "end token"
+            self.ending = "forced end" if only_end else "end token"
             self.finish()
             return
         self.state = self.constraint.advance(lm, self.state, token)
@@ -376,5 +383,5 @@ class HardConstraint(Model):
 
     def string_for_serialization(self) -> str:
         """The posterior key: the generated text as the constraint sees it (:attr:`text`, no
-        end token); :attr:`ending` tells an ended text from a cut one."""
+        end token); :attr:`ending` tells an ended text from a cut one or a forced end."""
         return self.text

@@ -42,6 +42,7 @@ FLOORS: list[tuple[str, str, tuple[str, ...]]] = [
             "llamppl.validation",
             "llamppl.runner",
             "llamppl.batching",
+            "llamppl.cpu_accounts",
             "llamppl.threads",
         ),
     ),

@@ -38,6 +38,27 @@ def test_score_and_twist_accept_real_numbers(value):
     assert weight_after(lambda m: m.twist(value)) == float(value)
 
 
+def test_a_twist_as_large_as_float64_allows_is_undone_exactly_and_a_larger_one_is_refused():
+    from llamppl.modeling import TWIST_LIMIT
+
+    def twist_and_undo(amount):
+        def action(m):
+            m.score(-1.5)
+            m.twist(amount)
+            m.untwist()
+
+        return action
+
+    # 10^6 nats and back: the weight is -1.5 to float64's spacing at 10^6 (2^-33)
+    assert abs(weight_after(twist_and_undo(TWIST_LIMIT)) + 1.5) <= 2**-33
+    assert weight_after(twist_and_undo(-TWIST_LIMIT)) == pytest.approx(-1.5, abs=2**-33)
+    for amount in (1e17, -1e17, TWIST_LIMIT * (1 + 1e-12), math.inf):  # 1e17 would give w = 0
+        with pytest.raises(ValueError, match=r"twist\(amount\) must lie within ±1e\+06 nats"):
+            weight_after(twist_and_undo(amount))
+    with pytest.raises(ValueError, match="twists not yet undone"):  # each small, the sum not
+        weight_after(lambda m: [m.twist(0.6 * TWIST_LIMIT) for _ in range(2)])
+
+
 @pytest.mark.parametrize(
     "value", ["1", True, np.bool_(True), None, 1j, torch.tensor([0.5, 0.5]), np.array([0.5])]
 )

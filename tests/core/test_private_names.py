@@ -26,8 +26,18 @@ OWN = sorted(
 # attention implementation a draft model must copy only on ``config._attn_implementation``;
 # vLLM's KV-connector base class hands its subclasses the scheduler's block table as
 # ``self._kv_cache_manager`` (set by ``bind_kv_cache_manager``) and the step's metadata
-# through ``self._get_connector_metadata()`` (llamppl/lm/vllm/fork.py subclasses it).
-THIRD_PARTY = {"_attn_implementation", "_kv_cache_manager", "_get_connector_metadata"}
+# through ``self._get_connector_metadata()`` (llamppl/lm/vllm/fork.py subclasses it);
+# jsonschema's validators hold their ``referencing`` resolver (``$id`` bases, anchors) only as
+# ``validator._resolver`` (llamppl/decoding/grammar/json_order.py looks references up in it).
+# torch's CPU flash attention returns each query's log-sum-exp only as the aten op
+# ``_scaled_dot_product_flash_attention_for_cpu`` (llamppl/lm/hf/block_attention.py merges blocks).
+THIRD_PARTY = {
+    "_attn_implementation",
+    "_kv_cache_manager",
+    "_get_connector_metadata",
+    "_resolver",
+    "_scaled_dot_product_flash_attention_for_cpu",
+}
 
 
 def private_crossings(source: str) -> list[str]:

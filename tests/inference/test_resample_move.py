@@ -107,9 +107,9 @@ async def _stepped_then_moved(model, m: int, t: int, move: ResampleMove, seed: i
         particles = await engine.start([model.clone() for _ in range(m)])
         for s in range(1, t + 1):
             particles, _ = await engine.step(particles, s, rng)
-        before = list(particles)
-        moved, _ = await engine.rejuvenation.after(particles, engine.trails, True, rng)
-    return before, moved, engine.rejuvenation
+        before, trails = list(particles), list(engine.trails)
+        moved, new_trails = await engine.rejuvenation.after(particles, engine.trails, True, rng)
+    return before, moved, engine.rejuvenation, (trails, new_trails)
 
 
 def assert_properly_weighted(particles, gamma: dict, label: str) -> None:
@@ -145,10 +145,13 @@ UNBIASED = [
 def test_the_move_leaves_the_intermediate_target_invariant(case, t, k):
     model = CASES[case]()
     gamma = exact_gamma(model, t)
-    before, moved, rj = run(_stepped_then_moved(model, M, t, ResampleMove(k=k), seed=1))
+    before, moved, rj, trails = run(_stepped_then_moved(model, M, t, ResampleMove(k=k), seed=1))
     assert_properly_weighted(before, gamma, "before the move")
     assert_properly_weighted(moved, gamma, "after the move")
     assert 0 < rj.accepted < rj.proposals, (rj.accepted, rj.proposals)
+    # a path done before step t is never moved, and no path moves to one done before step t
+    for a, b, old, new in zip(before, moved, *trails):
+        assert b is a if old[-1].state.done_stepping() else not new[-1].state.done_stepping()
     changed = sum(key(a) != key(b) for a, b in zip(before, moved) if a.weight > -math.inf)
     assert changed >= M // 20, changed
 

@@ -145,6 +145,68 @@ def test_cpu_shares_split_each_interval_among_the_running_jobs(monkeypatch):
     assert shares.leave(1) == 4.0 / 2 + 1.0  # t = 7: 1 s alone
 
 
+class Burns(AtMostOneB):
+    """AtMostOneB whose every step also burns CPU in Python (a costly check)."""
+
+    async def step(self) -> None:
+        sum(i * i for i in range(1_000_000))
+        await super().step()
+
+
+def test_a_job_with_more_work_gets_a_larger_cpu_share():
+    """Three jobs at once, five steps each: 2 particles; 256 particles (128 times the rows of
+    every forward); 2 particles with a costly Python step (~40 ms each). An even split would
+    give them about the same; measured unloaded, the heavy ones get 4.6x and 7.1x the light
+    one's share, and 2x is asserted (the split's accounting, not a timing, is under test:
+    ``test_cpu_accounts_split_batched_calls_by_row_and_never_count_twice`` checks it exactly)."""
+    import time
+
+    jobs = [
+        Job(AtMostOneB, ("a",), 0, options={"n_particles": 2}),
+        Job(AtMostOneB, ("a",), 0, options={"n_particles": 256}),
+        Job(Burns, ("a",), 0, options={"n_particles": 2}),
+    ]
+    cpu0 = time.process_time()
+    light, rows, python = run_many(jobs, lm(), concurrency=3, progress=False)
+    used = time.process_time() - cpu0
+    assert light.ok and rows.ok and python.ok
+    assert rows.cpu_s > 2 * light.cpu_s and python.cpu_s > 2 * light.cpu_s, (
+        light.cpu_s,
+        rows.cpu_s,
+        python.cpu_s,
+    )
+    assert light.cpu_s + rows.cpu_s + python.cpu_s <= used
+
+
+def test_cpu_accounts_split_batched_calls_by_row_and_never_count_twice(monkeypatch):
+    from llamppl import cpu_accounts
+
+    now = [0.0]
+    monkeypatch.setattr(cpu_accounts.time, "process_time", lambda: now[0])
+    a, b = cpu_accounts.Account(), cpu_accounts.Account()
+
+    def serve(rows):  # a batched call of 3 rows that takes 3 s
+        now[0] += 3.0
+        return rows
+
+    def step():  # a step of a's task: 1 s of its own, then the batch, then 0.5 s
+        now[0] += 1.0
+        cpu_accounts.shared_call([a, a, b], serve, [1, 2, 3])
+        now[0] += 0.5
+
+    measured0 = cpu_accounts.measured()
+    coro = cpu_accounts.TimedCoroutine(_run_sync(step), a)
+    with pytest.raises(StopIteration):
+        coro.send(None)
+    assert a.seconds == 1.5 + 2.0 and b.seconds == 1.0  # a: own 1.5 s + 2 of 3 rows
+    assert cpu_accounts.measured() - measured0 == 4.5  # each second once
+    assert cpu_accounts.shared_call([None, None], serve, [1, 2]) == [1, 2]  # nobody's: free
+
+
+async def _run_sync(fn):
+    fn()
+
+
 def test_job_cpu_shares_add_up_to_the_cpu_used():
     import time
 

@@ -89,6 +89,24 @@ def test_a_context_is_bitwise_the_same_whatever_was_cached_before(make_lm, targe
     assert torch.equal(gather(lm, [sibling, target])[1], alone)
 
 
+def test_a_long_prompts_context_is_bitwise_the_same_beside_rows_below_it(make_lm):
+    """The key-block layout: a 102-token context (the key run [0, 64), then its last block) served
+    in its own prefill, below the cached prompt beside rows that share it or part of it, and in
+    one prefill with a sibling; the same bits, within TOL of a fresh forward."""
+    lm = make_lm(batch_invariant=True, verify=False)
+    unit = lm.encode(" The fox jumps over the lazy dog while the cat sleeps on the warm mat.")
+    prompt = tuple((unit * 8)[:100])
+    target = prompt + tuple(lm.encode(" Then"))[:1] + (unit[0],)
+    alone = gather(lm, [target])[0]
+    lm = make_lm(batch_invariant=True, verify=False)
+    gather(lm, [prompt])
+    company = [prompt + (unit[3],), prompt[:80] + (unit[5],), tuple(lm.encode("Hi there"))]
+    assert torch.equal(gather(lm, [*company, target])[-1], alone)
+    lm = make_lm(batch_invariant=True, verify=False)
+    assert torch.equal(gather(lm, [prompt[:70] + (unit[1], unit[2]), target])[1], alone)
+    assert (alone - fresh(lm.model, [target])[0]).abs().max().item() < TOL
+
+
 def fresh(model, contexts) -> list[torch.Tensor]:
     """Log-probs from a fresh full forward of ``model`` for each context (no cache)."""
     with torch.inference_mode():

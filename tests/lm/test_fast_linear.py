@@ -10,12 +10,16 @@ from __future__ import annotations
 import pytest
 import torch
 
+from llamppl.lm.hf.batch_plan import GEMM_ROW_BLOCK, FixedCalls, PaddedCalls
 from llamppl.lm.hf.cached_causal_lm import CachedCausalLM
 from llamppl.lm.hf.fast_linear import (
     FP16GatedMLP,
     FP16Linear,
+    PackedFP16,
     accelerate_linears,
     fp16_gemm_supported,
+    k_blocks,
+    linear_rows,
 )
 from llamppl.lm.hf.load import check_weights
 
@@ -82,20 +86,71 @@ def test_fp16_linear_falls_back_to_float32_with_gradients_or_other_dtypes():
         assert torch.equal(fast(xd), torch.nn.functional.linear(xd, lin.weight, lin.bias))
 
 
+def alone_in_a_call(mod: torch.nn.Module, row: torch.Tensor, rows: int) -> torch.Tensor:
+    """``mod``'s output for ``row`` run as the only real row of a ``rows``-row call."""
+    x = torch.cat([row[None], row.new_zeros(rows - 1, row.shape[0])])
+    return mod(x)[0]
+
+
 @needs_fbgemm
-def test_a_rows_output_does_not_depend_on_the_other_rows():
-    """Batch invariance of the kernel: row 0 alone equals row 0 among 2..64 rows, bitwise."""
+def test_a_rows_output_is_the_same_in_every_call_of_a_multiple_of_six_rows():
+    """FBGEMM's row rule (``fast_linear``'s docstring): with M a multiple of 6 a row has the
+    bits it has alone in a 6-row call, whatever M (past the 120-row chunks) and its position;
+    K-blocked weights (K = 1536 > K_BLOCK) and the fused gate/up pack included."""
     gen = torch.Generator().manual_seed(1)
-    lin = torch.nn.Linear(576, 1536, bias=False)
-    mlp = GatedMLP(64, 160)
-    fast, fused = FP16Linear(lin), FP16GatedMLP.from_mlp(mlp)
-    assert fused is not None
-    x = torch.randn(64, 576, generator=gen)
+    down = FP16Linear(torch.nn.Linear(1536, 576, bias=True))
+    mlp = FP16GatedMLP.from_mlp(GatedMLP(64, 160))
+    assert mlp is not None and len(down.packed.blocks) == len(k_blocks(1536)) > 1
     with torch.inference_mode():
-        for mod, inp in ((fast, x), (fused, x[:, :64])):
-            alone = mod(inp[:1])[0]
-            for n in (2, 3, 4, 9, 64):
-                assert torch.equal(mod(inp[:n])[0], alone), n
+        for mod, k in ((down, 1536), (mlp, 64)):
+            x = torch.randn(1206, k, generator=gen)
+            for m in [GEMM_ROW_BLOCK * j for j in range(1, 23)] + [240, 366, 1206]:
+                y = mod(x[:m])
+                for r in {0, m // 2, m - 1}:
+                    assert torch.equal(y[r], alone_in_a_call(mod, x[r], GEMM_ROW_BLOCK)), (m, r)
+
+
+@needs_fbgemm
+def test_k_blocks_sum_each_block_from_zero_and_shrink_the_rounding_of_a_large_partial_sum():
+    """Each K-block is one FBGEMM product summed from zero, added in order; with a large term
+    first (a "massive activation"), the blocked sum rounds less than one float32 chain."""
+    assert k_blocks(576) == [(0, 576)] and k_blocks(768) == [(0, 768)]
+    assert k_blocks(1536) == [(0, 768), (768, 1536)]
+    assert k_blocks(1000, 384) == [(0, 334), (334, 668), (668, 1000)]
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(576, 1536, generator=gen) * 0.05
+    w[:, 0] = 0.7
+    x = torch.randn(60, 1536, generator=gen)
+    x[:, 0] = 1000.0  # every output starts its sum near 700: ulp 6e-5 from then on
+    packed = PackedFP16(w)
+    with torch.inference_mode():
+        y = packed(x)
+        parts = [
+            torch.ops.quantized.linear_dynamic_fp16(
+                x[:, a:b].contiguous(),
+                torch.ops.quantized.linear_prepack_fp16(w[:, a:b].contiguous(), None),
+            )
+            for a, b in k_blocks(1536)
+        ]
+        chain = torch.ops.quantized.linear_dynamic_fp16(
+            x, torch.ops.quantized.linear_prepack_fp16(w, None)
+        )
+    assert torch.equal(y, parts[0] + parts[1])
+    exact = x.double() @ w.half().double().T
+    blocked_err = (y.double() - exact).abs().mean()
+    chain_err = (chain.double() - exact).abs().mean()
+    # the large term's block rounds 767 terms at its scale, the chain 1535: a random walk's
+    # error is sqrt(767 / 1535) = 0.71 of the chain's (the mean over 34,560 outputs is sharp)
+    assert blocked_err < 0.85 * chain_err
+
+
+@needs_fbgemm
+def test_linear_rows_pads_fbgemm_calls_and_fixes_other_kernels_calls():
+    fast = torch.nn.Sequential(torch.nn.Embedding(10, 8), FP16Linear(torch.nn.Linear(8, 8)))
+    assert linear_rows(fast) == PaddedCalls(GEMM_ROW_BLOCK)
+    assert linear_rows(torch.nn.Sequential(torch.nn.Linear(8, 8))) == FixedCalls()
+    fused = FP16GatedMLP.from_mlp(GatedMLP(8, 16))
+    assert linear_rows(torch.nn.Sequential(fused)) == PaddedCalls(GEMM_ROW_BLOCK)
 
 
 @needs_fbgemm

@@ -237,3 +237,35 @@ def test_real_lm_samples_satisfy_max_word_length(smollm, proposal):
             assert c(p.text) and max_word_length(5)(str(p.context)), p.text
     # work count: the predicate is called a few times per particle per step, never once per token
     assert _CountingMaxWordLength.calls <= 4 * 6 * steps + 1
+
+
+@pytest.mark.parametrize("truncated", ["check", "drop"])
+def test_each_text_says_how_it_ended(lm, truncated):
+    """``ending``: "end token" for an end token drawn among others, "forced end" for one at the
+    last position under "drop" (only end tokens allowed there), "cut" for a text cut at the
+    limit; the run record stores it and the display marks forced ends."""
+    seen = set()
+    for proposal in ("sample", "mask", "lazy"):
+        model = HardConstraint(
+            lm, PROMPT, max_word_length(2), proposal=proposal, max_tokens=MAX_TOKENS,
+            truncated=truncated,
+        )  # fmt: skip
+        exact = run(enumerate_exact(model))
+        for p, w in zip(exact.particles, exact.weights):
+            if w == 0:
+                continue
+            generated = p.context.generated
+            if generated[-1] != EOS:
+                expected = "cut"
+            elif len(generated) == MAX_TOKENS and truncated == "drop":
+                expected = "forced end"
+            else:
+                expected = "end token"
+            assert p.ending == expected, (proposal, p.text, generated)
+            seen.add(expected)
+    assert seen == ({"end token", "forced end"} if truncated == "drop" else {"end token", "cut"})
+    if truncated == "drop":
+        result = run(smc_standard(model, 64, 0.5, seed=0, record=True))
+        finals = [e.get("ending") for e in result.record["final"] if e["finished"]]
+        assert set(finals) == {p.ending for p in result.particles} >= {"forced end"}
+        assert "(forced end)" in repr(result) and "note: (forced end)" in repr(result)

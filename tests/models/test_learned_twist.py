@@ -24,7 +24,7 @@ import pytest
 import torch
 from exact_reference import assert_unbiased_paths, sampling_target, weighted_paths
 
-from llamppl import FunctionLM, LMContext, Model, run
+from llamppl import Bernoulli, FunctionLM, LMContext, Model, run
 from llamppl.inference import enumerate_exact, smc_standard
 from llamppl.inference.twist_features import (
     Feature,
@@ -189,6 +189,59 @@ def test_learn_twist_reports_its_data_and_a_held_out_loss_below_the_constant(lea
     assert report.examples > 0 and report.held_out_examples > 0
     assert report.held_out_loss < report.base_loss
     assert sum(n for _, _, n in report.calibration) == report.held_out_examples
+    assert report.warnings == [] and report.label_variance > 0.01  # a useful fit says nothing
+
+
+def _learn_with_warnings(program, **kw):
+    with pytest.warns(UserWarning, match="learn_twist") as caught:
+        twist = learn_twist(
+            program,
+            STICKY_LM,
+            [[0], [2], [0, 2], [2, 0]],
+            _reward_features(),
+            n_particles=4,
+            runs_per_prompt=2,
+            epochs=60,
+            seed=0,
+            progress=False,
+            **kw,
+        )
+    assert [str(w.message) for w in caught] == twist.report.warnings
+    return twist.report
+
+
+def test_learn_twist_warns_when_every_rollout_succeeds_and_says_what_to_change():
+    """Default target "success" on a program whose every particle ends with positive weight:
+    every label is 1, and the head cannot beat the constant ψ = 1 on held-out prefixes."""
+    report = _learn_with_warnings(Penalised)
+    assert report.success_rate == 1.0 and report.label_variance == 0.0
+    flat, held = report.warnings
+    assert "labels carry no signal" in flat and "target='weight' with ess_threshold=0" in flat
+    assert "no better than a constant" in held and f"{report.held_out_loss:.4f}" in held
+
+
+class CoinEnd(Penalised):
+    """Penalised's text, then a fair coin decides success: the labels vary (half succeed) but
+    nothing in the prefix predicts them, so a head fitted to them only overfits."""
+
+    max_tokens = 4
+
+    async def step(self) -> None:
+        token = await self.sample(self.context.next_token())
+        if token == 3 or len(self.context.generated) >= self.max_tokens:
+            self.untwist()
+            self.condition(bool(await self.sample(Bernoulli(0.5))))
+            self.finish()
+        else:
+            await self.guide.retwist(self)
+
+
+def test_learn_twist_warns_when_the_head_is_no_better_than_a_constant_held_out():
+    report = _learn_with_warnings(CoinEnd)
+    assert 0.2 < report.label_mean < 0.8  # the labels have signal ...
+    assert report.held_out_loss >= report.base_loss  # ... that the prefixes do not predict
+    (held,) = report.warnings
+    assert "no better than a constant" in held and "more and more varied" in held
 
 
 def test_a_learned_twist_keeps_z_unbiased_and_lowers_the_variance_of_log_z(learned):
@@ -214,6 +267,9 @@ def test_a_learned_twist_keeps_z_unbiased_and_lowers_the_variance_of_log_z(learn
     assert var["none"] - var["learned"] > 4 * se, (var, se)
 
 
+# twelve short runs need not fit a head better than a constant (learn_twist says so); the test
+# is about exactness, which holds for any twist
+@pytest.mark.filterwarnings("ignore:learn_twist. the head is no better:UserWarning")
 def test_a_learned_twist_in_hard_constraint_with_a_plain_callable_is_exact():
     features = TwistFeatures(constraint_signals(), progress(), repetition(), last_token(len(VOCAB)))
     twist = learn_twist(

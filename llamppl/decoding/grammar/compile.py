@@ -60,6 +60,7 @@ validated on such a worker too::
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections import OrderedDict
@@ -108,7 +109,8 @@ __all__ = [
 
 _RELAX = {"coerce_one_of": True, "lenient": True}
 #: Options of every JSON compile: a string may spell any character as ``\\uXXXX`` (as
-#: ``json.dumps`` does by default), not only the control characters.
+#: ``json.dumps`` does by default), not only the control characters. llguidance knows the
+#: option from 1.8 on; older releases (vLLM pins 1.7) compile without it (:func:`_escapes`).
 _ESCAPES = {"json_allow_general_unicode_escapes": True}
 #: llguidance's warning when its lenient reading of ``minProperties`` counts only the keys
 #: beyond ``properties`` (a smaller language: :func:`~.json_forms.without_min_properties`).
@@ -143,6 +145,18 @@ class _Attempt(NamedTuple):
     schema: Any
 
 
+@functools.cache
+def _escapes() -> dict:
+    """:data:`_ESCAPES` when this llguidance knows the option, else ``{}`` (then only the
+    escapes JSON requires, control characters included, are written as ``\\uXXXX``)."""
+    llg = require_llguidance()
+    try:
+        spec = llg.LLMatcher.grammar_from_json_schema({"type": "string"}, overrides=_ESCAPES)
+    except ValueError:
+        return {}
+    return _ESCAPES if validate(spec)[0] is None else {}
+
+
 def _compile(schema: Any, options: dict, stop: threading.Event | None = None) -> _Attempt:
     """llguidance's compile of ``schema`` with ``options``; :class:`_Abandoned` instead once
     ``stop`` is set (the caller stopped waiting). A relaxed compile (``lenient`` in
@@ -152,7 +166,7 @@ def _compile(schema: Any, options: dict, stop: threading.Event | None = None) ->
         raise _Abandoned
     llg = require_llguidance()
     try:
-        spec = llg.LLMatcher.grammar_from_json_schema(schema, overrides={**options, **_ESCAPES})
+        spec = llg.LLMatcher.grammar_from_json_schema(schema, overrides={**options, **_escapes()})
     except ValueError as exc:
         return _Attempt(None, str(exc).strip(), schema)
     error, warnings = validate(spec)

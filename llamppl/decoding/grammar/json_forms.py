@@ -45,7 +45,7 @@ from typing import Any
 import regex
 
 from llamppl.decoding.grammar.json_budget import JSONBudget
-from llamppl.decoding.grammar.json_relax import _dialect, _draft_of
+from llamppl.decoding.grammar.json_relax import dialect_of, draft_of
 
 __all__ = [
     "DRAFT_URIS",
@@ -86,7 +86,7 @@ def grammar_schema(
     :func:`open_numbers` when ``max_decimals`` is None and :func:`any_key_order` when
     ``key_order`` is ``"any"``. ``draft`` names the validator class of the schema (None:
     the one ``jsonschema`` picks)."""
-    draft = draft if draft is not None else _draft_of(schema if isinstance(schema, dict) else {})
+    draft = draft if draft is not None else draft_of(schema if isinstance(schema, dict) else {})
     out = budget.apply(patterns_first(ref_alone(schema, draft)), closed=closed)
     if budget.max_decimals is None:
         out = open_numbers(out, draft)
@@ -105,7 +105,7 @@ def _rewrite(node: Any, visit, draft: str) -> Any:
     if not isinstance(node, dict):
         return node
     if isinstance(node.get("$schema"), str):
-        draft = _draft_of({"$schema": node["$schema"]}) or draft
+        draft = draft_of({"$schema": node["$schema"]}) or draft
     out = {}
     for key, value in node.items():
         if key in _DATA:
@@ -138,7 +138,7 @@ def ref_alone(schema: Any, draft: str) -> Any:
     def visit(node: dict, draft: str) -> dict:
         if isinstance(node.get("$schema"), str) and draft in DRAFT_URIS:
             node = {**node, "$schema": DRAFT_URIS[draft]}
-        dialect = _dialect(draft)
+        dialect = dialect_of(draft)
         if isinstance(node.get("$ref"), str) and dialect is not None and dialect.ref_alone:
             return {k: v for k, v in node.items() if k in _KEEP_BESIDE_REF}
         return node

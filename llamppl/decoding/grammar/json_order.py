@@ -42,7 +42,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from llamppl.decoding.grammar.json_relax import _resolve
+from llamppl.decoding.grammar.json_relax import resolve_pointer
 
 __all__ = ["order_keys"]
 
@@ -94,7 +94,7 @@ class _Order:
     def target(self, ref: str) -> Any:
         """What ``ref`` names: a local JSON pointer, else what the validator's resolver finds
         from the root (``$id`` bases, anchors); ``{}`` when neither resolves it."""
-        found = _resolve(self.root, ref)
+        found = resolve_pointer(self.root, ref)
         if found is None and self.whole is not None:
             try:
                 found = self.whole._resolver.lookup(ref).contents

@@ -174,7 +174,7 @@ def strip_unsupported(
         return out
 
     root = schema if isinstance(schema, dict) else {}
-    dialect = _dialect(draft if draft is not None else _draft_of(root))
+    dialect = dialect_of(draft if draft is not None else draft_of(root))
     found = _DroppedPatterns(root, ok, dialect).visit(root, _MAX_DEPTH) if dialect else _NOTHING
     return strip(schema), _pairs(found)
 
@@ -208,12 +208,12 @@ _DIALECTS = {
 }
 
 
-def _dialect(draft: str) -> _Dialect | None:
+def dialect_of(draft: str) -> _Dialect | None:
     """The reading of the validator class named ``draft`` (None: not one known here)."""
     return _DIALECTS.get(draft)
 
 
-def _draft_of(schema: dict) -> str:
+def draft_of(schema: dict) -> str:
     """The name of the validator class ``jsonschema`` picks for ``schema`` (as
     :class:`~llamppl.decoding.grammar.json_check.SchemaCheck` does); "" without ``jsonschema``."""
     try:
@@ -315,7 +315,7 @@ class _DroppedPatterns:
         """What the target of ``ref`` holds, with ``hops`` hops left before following it."""
         if hops <= 0:
             return _CUT
-        target = _resolve(self.root, ref, self.dialect.id_key)
+        target = resolve_pointer(self.root, ref, self.dialect.id_key)
         if not isinstance(target, dict):
             return _NOTHING
         whole = self.uncut.get(id(target))
@@ -372,7 +372,7 @@ def _pairs(found: _Found) -> list[tuple[tuple[Step, ...], str]]:
     return list(pairs)
 
 
-def _resolve(root: dict, ref: str, id_key: str = "$id") -> Any:
+def resolve_pointer(root: dict, ref: str, id_key: str = "$id") -> Any:
     """The node a local ``#`` / ``#/...`` JSON pointer names, read as ``referencing`` reads
     it (percent-decoded, then ``~1`` and ``~0``); None when it does not resolve, names an
     anchor, or passes into a node with its own ``id_key`` (another resource's base)."""

@@ -11,8 +11,11 @@
   :mod:`~llamppl.decoding.text.paragraphs`, :mod:`~llamppl.decoding.text.spelling`) and
   the token-budget facts of :mod:`~llamppl.decoding.text.budget`; plain characters by
   default (:mod:`~llamppl.decoding.text.plain`: :class:`PlainCharacters`,
-  :func:`plain_characters`) and what counts imply next to positions, last words and
-  required words (:mod:`~llamppl.decoding.text.joint`);
+  :func:`plain_characters`), what counts imply next to positions, last words and
+  required words (:mod:`~llamppl.decoding.text.joint`), and the joint check of every builder
+  under plain characters (:mod:`~llamppl.decoding.text.feasible`: the prefix as a stream of
+  units, :mod:`~llamppl.decoding.text.shape`, each builder an automaton on it,
+  :mod:`~llamppl.decoding.text.automata`);
 - :mod:`~llamppl.decoding.text.token_budget` — :func:`token_budget`, ``max_tokens`` read
   from a constraint's counts and targets;
 - :mod:`~llamppl.decoding.text.collie` — :func:`from_collie` / :func:`collie_constraint`,

@@ -2,8 +2,9 @@
 
 :class:`Bounds` (COLLIE's ``==``/``>=``/``<=`` relations as an integer range),
 :class:`TextConstraint` (the base of every text constraint a builder returns: its plain
-characters flag, target strings and unit levels, and the hook that adds one
-:class:`~llamppl.decoding.text.plain.PlainCharacters` part to a conjunction, :func:`plain_of`),
+characters flag, target strings and unit levels, its automaton, and the hook that adds one
+:class:`~llamppl.decoding.text.plain.PlainCharacters` part to a conjunction, :func:`plain_of`,
+and with it the joint check of :mod:`~llamppl.decoding.text.feasible`, :func:`shape_of`),
 :class:`TextStructure` (a text constraint decided from an analysis of the prefix,
 :mod:`~llamppl.decoding.text.prefix`), target normalisation as COLLIE compares units
 (lower-cased, punctuation stripped at both ends) and the token-budget arithmetic for
@@ -19,6 +20,8 @@ import torch
 
 from llamppl.decoding.constraints.protocol import AllOf, Constraint
 from llamppl.decoding.text import units as tu
+from llamppl.decoding.text.automata import Automaton
+from llamppl.decoding.text.feasible import ShapeFit, strict
 from llamppl.decoding.text.paragraphs import analyze_paragraphs
 from llamppl.decoding.text.plain import PlainCharacters, plain_for
 from llamppl.decoding.text.prefix import Analysis, analyze
@@ -32,6 +35,7 @@ __all__ = [
     "TextStructure",
     "plain_flag",
     "plain_of",
+    "shape_of",
     "with_implied",
     "target_key",
     "target_keys",
@@ -219,9 +223,11 @@ class TextConstraint(Constraint):
     :func:`with_implied`), the first plain text constraint's :meth:`implied` adds the one
     :class:`~llamppl.decoding.text.plain.PlainCharacters` part that :func:`plain_of` derives from
     all of them, and the target includes it. Subclasses name what the derivation reads:
-    :meth:`target_strings` (characters to allow) and :meth:`levels` (paragraphs allow
-    newlines); ``on_characters`` marks a constraint on characters alone (no word split, so only
-    the character set applies).
+    :meth:`target_strings` (characters to allow), :meth:`levels` (paragraphs allow
+    newlines) and :meth:`run_floor` (runs to allow); ``on_characters`` marks a constraint on
+    characters alone (no word split, so only the character set applies). When those plain
+    characters are strict, the same hook adds the joint check of every text constraint that
+    has an :meth:`automaton` (:func:`shape_of`).
     """
 
     plain: bool = False
@@ -235,11 +241,27 @@ class TextConstraint(Constraint):
         """The unit levels the constraint reads (``"word"``, ``"paragraph"``, ...)."""
         return frozenset()
 
+    def run_floor(self) -> int:
+        """The longest run of characters between spaces a text must be able to hold (the
+        shortest word ``chars_per_word`` allows; 0 by default)."""
+        return 0
+
+    def automaton(self) -> Automaton | None:
+        """The constraint as an automaton on a plain text's units
+        (:mod:`~llamppl.decoding.text.automata`), for the joint prefix check
+        (:class:`~llamppl.decoding.text.feasible.ShapeFit`); None when it has none."""
+        return None
+
     def implied(self, parts: Sequence[Constraint]) -> list[Constraint]:
-        """The conjunction's plain characters, from its first plain text constraint (others:
-        none); subclasses add what they imply with the other parts."""
+        """The conjunction's plain characters and, when they are strict, its joint prefix check
+        (:func:`shape_of`), from its first plain text constraint (others: none); subclasses
+        add what they imply with the other parts."""
         first = next((p for p in parts if isinstance(p, TextConstraint) and p.plain), None)
-        return [plain_of(parts)] if first is self else []
+        if first is not self:
+            return []
+        plain = plain_of(parts)
+        fit = shape_of(parts, plain)
+        return [plain] if fit is None else [plain, fit]
 
     def plain_repr(self) -> str:
         """``", plain=False"`` when the constraint asks for no plain characters, else ``""``."""
@@ -257,7 +279,22 @@ def plain_of(parts: Sequence[Constraint]) -> PlainCharacters:
         [s for p in texts for s in p.target_strings()],
         paragraphs="paragraph" in levels,
         characters=any(p.on_characters for p in texts),
+        run_floor=max([0, *(p.run_floor() for p in texts)]),
     )
+
+
+def shape_of(parts: Sequence[Constraint], plain: PlainCharacters) -> ShapeFit | None:
+    """The joint prefix check of a conjunction's text constraints under ``plain``
+    (:class:`~llamppl.decoding.text.feasible.ShapeFit`): every text constraint that is an
+    automaton (:meth:`TextConstraint.automaton`), when ``plain`` is strict
+    (:func:`~llamppl.decoding.text.feasible.strict`); None otherwise."""
+    if not strict(plain):
+        return None
+    read = [(p, p.automaton()) for p in parts if isinstance(p, TextConstraint)]
+    read = [(p, a) for p, a in read if a is not None]
+    if not read:
+        return None
+    return ShapeFit([a for _, a in read], plain, [p for p, _ in read])
 
 
 def with_implied(part: Constraint) -> Constraint:

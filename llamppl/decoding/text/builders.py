@@ -45,7 +45,9 @@ Plain characters (``plain=True``, every builder's default)
     constraint also keeps the text to plain characters
     (:class:`~llamppl.decoding.text.plain.PlainCharacters`: ASCII letters, spaces,
     ``. , ; : ! ? '`` with plain spacing, newlines only where some part reads paragraphs, the
-    targets' own characters; for character counts and positions the character set alone).
+    targets' own characters, runs of at most 20 characters unless a target or
+    ``chars_per_word``'s floor needs more; for character counts and positions the character
+    set alone).
     It is part of what the builder means: the target of ``HardConstraint`` is the LM
     conditioned on the structure *and* plain characters, still exactly. A conjunction has
     one such part, derived from all its text constraints (:func:`plain_characters` shows
@@ -53,12 +55,16 @@ Plain characters (``plain=True``, every builder's default)
     conjunction leaves it out (the judge's constraint alone).
 
 Composing
-    ``&`` asks each part about a prefix; where parts interact the conjunction adds what they
-    imply together (:meth:`~llamppl.decoding.constraints.protocol.Constraint.implied`), so
-    ``word_count(exactly=8) & last_word_of_sentences(["ocean"])`` refuses ``"... with the"``
-    (the 8th word is the last one) and ``word_count(exactly=8) & words_at({-1: "ocean"})`` is
-    as tight as ``words_at({7: "ocean"})``: counts next to positions, last words and
-    required words (:mod:`~llamppl.decoding.text.joint`). The target does not change.
+    ``&`` asks each part about a prefix; the conjunction adds what they imply together
+    (:meth:`~llamppl.decoding.constraints.protocol.Constraint.implied`). With plain
+    characters, a joint check reads every word, sentence and paragraph builder at once as an
+    automaton on the stream of the prefix's units and refuses exactly the prefixes no
+    continuation completes (:mod:`~llamppl.decoding.text.feasible`):
+    ``sentence_count(exactly=3) & words_per_sentence(exactly=6)`` refuses ``"In a garden,
+    Emily in the "`` (a seventh word must come). With or without them, counts next to
+    positions, last words and required words add the pairwise parts of
+    :mod:`~llamppl.decoding.text.joint`: ``word_count(exactly=8) & words_at({-1: "ocean"})``
+    is as tight as ``words_at({7: "ocean"})``. The target does not change.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from llamppl.decoding.constraints.protocol import Constraint
+from llamppl.decoding.text import automata as ta
 from llamppl.decoding.text import units as tu
 from llamppl.decoding.text.base import (
     Bounds,
@@ -37,7 +38,7 @@ from llamppl.decoding.text.budget import (
 )
 from llamppl.decoding.text.joint import CappedLastWords, RequiredWordsFit, SentenceEndsAtCap
 from llamppl.decoding.text.positions import EachAt, UnitsAt
-from llamppl.decoding.text.prefix import word_floor
+from llamppl.decoding.text.prefix import next_chunk, word_floor
 from llamppl.decoding.text.presence import WordsIncluded
 from llamppl.lm.base import LanguageModel
 from llamppl.validation import is_integer
@@ -232,6 +233,14 @@ class UnitCount(TextStructure):
                 out.append(RequiredWordsFit(cap, p.spelled, (self, p)))
         return out
 
+    def automaton(self) -> ta.Automaton:
+        kind = {
+            "word": ta.CountWords,
+            "sentence": ta.CountSentences,
+            "paragraph": ta.CountParagraphs,
+        }
+        return kind[self.level](self.bounds.lo, self.bounds.hi)
+
     def _certain(self, text: str, view: Any) -> int:
         if self.level == "word":
             return word_floor(text, view)
@@ -307,6 +316,19 @@ class EachCount(TextStructure):
     def levels(self) -> frozenset[str]:
         return frozenset({self.outer, self.inner})
 
+    def run_floor(self) -> int:
+        if (self.outer, self.inner) == ("word", "character"):
+            return self.bounds.lo or 0
+        return 0
+
+    def automaton(self) -> ta.Automaton | None:
+        kind = {
+            ("word", "character"): ta.WordLength,
+            ("sentence", "word"): ta.PerSentence,
+            ("paragraph", "sentence"): ta.PerParagraph,
+        }.get((self.outer, self.inner))
+        return None if kind is None else kind(self.bounds.lo, self.bounds.hi)
+
     def _finished(self, view: Any) -> list[int]:
         if self.outer == "word":
             return [len(w) for w in view.flat + view.open_flat]
@@ -314,20 +336,21 @@ class EachCount(TextStructure):
             return [len(s.words if self.inner == "word" else s.text) for s in view.sentences]
         return [len(u) for u in (view.final if self.inner == "sentence" else view.final_words)]
 
-    def _open_lower(self, view: Any) -> int:
+    def _open_lower(self, text: str, view: Any) -> int:
         if self.outer == "word":
             return 0 if view.open_word is None else view.open_word.min_length()
         if self.outer == "sentence":
             if self.inner == "character":
                 return 0
-            return len(view.open_nested) + (view.open_word is not None)
+            nxt = next_chunk(text, view)  # ``far away.``: ``away`` is in the open sentence
+            return len(view.open_nested) + (view.open_word is not None or bool(nxt and nxt[1]))
         a = view.open
         return len(a.sentences) + a.content if self.inner == "sentence" else a.certain_words
 
     def prefix_ok(self, text: str, view: Any) -> bool:
         if not all(self.bounds.ok(n) for n in self._finished(view)):
             return False
-        return not self.bounds.over(self._open_lower(view))
+        return not self.bounds.over(self._open_lower(text, view))
 
     def accepts_end(self, text: str) -> bool:
         return all(self.bounds.ok(len(u)) for u in tu.nested_units(text, self.outer, self.inner))

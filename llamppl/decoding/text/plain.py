@@ -168,7 +168,9 @@ class PlainCharacters(Constraint):
         return f"plain_characters({extra!r}, spaced_marks={self.spaced_marks}{run}{quotes})"
 
 
-def plain_for(strings: Sequence[str], *, paragraphs: bool, characters: bool) -> PlainCharacters:
+def plain_for(
+    strings: Sequence[str], *, paragraphs: bool, characters: bool, run_floor: int = 0
+) -> PlainCharacters:
     """The :class:`PlainCharacters` of a conjunction of text constraints.
 
     Parameters
@@ -184,6 +186,10 @@ def plain_for(strings: Sequence[str], *, paragraphs: bool, characters: bool) -> 
         Whether some constraint is on characters (``char_count``, ``chars_at``): such a text
         needs no word split, so only the character set applies (no spacing rules, no cap on
         runs).
+    run_floor
+        A run every text must be able to hold (the shortest word ``chars_per_word`` allows).
+        Runs may be one character longer than this and than every target's run, so a mark
+        can follow the longest word.
     """
     strings = [s for s in strings if isinstance(s, str)]
     glued = any(GLUED.search(s) for s in strings)
@@ -192,7 +198,7 @@ def plain_for(strings: Sequence[str], *, paragraphs: bool, characters: bool) -> 
         bool(paragraphs),
         "".join(strings),
         spaced_marks=not (characters or glued),
-        max_run=None if characters else max([MAX_RUN, *map(len, runs)]),
+        max_run=None if characters else max([MAX_RUN, run_floor + 1, *(len(r) + 1 for r in runs)]),
         open_marks=bool(characters)
         or any(START_OPENER.match(r) for r in runs)
         or any(OPENER.search(t) or LOOSE.search(t) for t in strings),

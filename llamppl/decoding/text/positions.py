@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from llamppl.decoding.text import automata as ta
 from llamppl.decoding.text import units as tu
 from llamppl.decoding.text.base import (
     TextStructure,
@@ -30,7 +31,7 @@ from llamppl.decoding.text.base import (
 )
 from llamppl.decoding.text.budget import layout_facts
 from llamppl.decoding.text.paragraphs import Paragraphs
-from llamppl.decoding.text.prefix import Analysis
+from llamppl.decoding.text.prefix import Analysis, OpenWord, next_chunk
 from llamppl.decoding.text.spelling import (
     can_share,
     copy_under_way,
@@ -47,6 +48,15 @@ __all__ = ["UnitsAt", "EachAt"]
 
 
 # ---------------------------------------------------------------------- positions
+def _next_word(text: str, view: Analysis) -> OpenWord | None:
+    """The word being written, or the letters that open the next word of a view that is not
+    exact (``Birds sing.``: a word starting ``sing``; :func:`~llamppl.decoding.text.prefix.next_chunk`)."""
+    if view.open_word is not None:
+        return view.open_word
+    nxt = next_chunk(text, view)
+    return OpenWord(nxt[0]) if nxt and nxt[0] else None
+
+
 class UnitsAt(TextStructure):
     """Given words or sentences at given positions (COLLIE's ``Position``, ``==``).
 
@@ -85,6 +95,9 @@ class UnitsAt(TextStructure):
     def levels(self) -> frozenset[str]:
         return frozenset({self.level})
 
+    def automaton(self) -> ta.Automaton | None:
+        return ta.WordsAt(self.positions) if self.level == "word" else None
+
     def prefix_ok(self, text: str, view: Any) -> bool:
         for i, target in self.positions.items():
             if i < 0:
@@ -92,8 +105,9 @@ class UnitsAt(TextStructure):
             if self.level == "word":
                 unit = view.word_at(i)
                 if unit is None:
-                    if view.open_word is not None and i == len(view.flat) + len(view.open_flat):
-                        if not view.open_word.may_become(target):
+                    if i == len(view.flat) + len(view.open_flat):
+                        nxt = _next_word(text, view)
+                        if nxt is not None and not nxt.may_become(target):
                             return False
                     continue
             else:
@@ -262,6 +276,13 @@ class EachAt(TextStructure):
     def levels(self) -> frozenset[str]:
         return frozenset({self.outer, self.inner})
 
+    def automaton(self) -> ta.Automaton | None:
+        if self.outer == "paragraph":
+            count = None if isinstance(self.targets, str) else len(self.targets)
+            return ta.ParagraphEnds(count, max(self.min_inner, 1)) if self.index == -1 else None
+        kind = {0: ta.FirstWords, -1: ta.LastWords}.get(self.index)
+        return None if kind is None else kind(self.targets)
+
     def _target(self, k: int) -> str | None:
         if isinstance(self.targets, str):
             return self.targets
@@ -288,8 +309,9 @@ class EachAt(TextStructure):
             target, a = self._target(k), view
             if self.index < len(a.open_nested):
                 return tu.normalize(a.open_nested[self.index]) == target
-            if a.open_word is not None and self.index == len(a.open_nested):
-                return a.open_word.may_become(target)
+            nxt = _next_word(text, a)
+            if nxt is not None and self.index == len(a.open_nested):
+                return nxt.may_become(target)
         if self.outer == "paragraph" and self.index >= 0:
             sentences = view.open.sentences
             if self.index < len(sentences):

@@ -74,6 +74,9 @@ __all__ = [
     "sentence_of",
     "floor_words",
     "word_floor",
+    "chunk_words",
+    "punkt_tables",
+    "next_chunk",
 ]
 
 _ASCII_WS = frozenset(string.whitespace)
@@ -151,6 +154,23 @@ class OpenWord:
             ]
         return tuple(out)
 
+    def cuts(self) -> tuple[tuple[str, ...], ...]:
+        """The words the Treebank rules may cut the finished word into, when they cut it:
+        ``don`` + ``'t`` gives ``do``, ``n't``; ``gonn`` + ``a`` gives ``gon``, ``na``
+        (:meth:`shorter_forms` with the words after them)."""
+        out: list[tuple[str, ...]] = []
+        bases: list[tuple[str, tuple[str, ...]]] = [(self.letters, ())]
+        if not self.closed and len(self.letters) >= 2 and self.letters[-1] in "nN":
+            out.append((self.letters[:-1], "n't"))
+            bases.append((self.letters[:-1], ("n't",)))
+        for base, after in bases:
+            low = base.lower()
+            for first, full in _CONTRACTIONS:
+                grows = not after and full.startswith(low)  # the word may still grow to full
+                if (grows or low == full) and len(low) > len(first):
+                    out.append((base[: len(first)], full[len(first) :], *after))
+        return tuple(out)
+
     def may_become(self, target: str) -> bool:
         """Whether the word, once finished, may equal ``target`` under COLLIE's comparison
         (``target`` already normalised: :func:`~llamppl.decoding.text.units.normalize`)."""
@@ -225,13 +245,14 @@ def _skip_space(text: str, i: int) -> int:
 
 
 @functools.lru_cache(maxsize=MEMO_SIZE)
-def _chunk_words(chunk: str, first: bool) -> tuple[str, ...]:
+def chunk_words(chunk: str, first: bool) -> tuple[str, ...]:
     """The judge's words of one complete chunk without marks (``first``: it opens the sentence)."""
     return tuple(tu.span_words((chunk if first else " " + chunk) + " "))
 
 
 @functools.lru_cache(maxsize=1)
-def _punkt_tables() -> tuple[frozenset, frozenset]:
+def punkt_tables() -> tuple[frozenset, frozenset]:
+    """The Punkt model's abbreviations and the first words of its collocations."""
     params = tu.punkt_parameters()
     return frozenset(params.abbrev_types), frozenset(a for a, _ in params.collocations)
 
@@ -252,7 +273,7 @@ def _certain_boundary(region: str, first: tuple[int, int], second: tuple[int, in
         return False
     letters, mark = match.groups()
     if mark == ".":
-        abbrev, colloc = _punkt_tables()
+        abbrev, colloc = punkt_tables()
         low = letters.lower()
         if len(letters) < 2 or low in abbrev or low in colloc:
             return False
@@ -307,7 +328,7 @@ def _region(
         if chunk and _BAD_IN_CHUNK.search(chunk):
             break
         if chunk:  # an empty chunk (a second space) adds no words: the rules split on runs
-            words += _chunk_words(chunk, pos == anchor)
+            words += chunk_words(chunk, pos == anchor)
         pos = space + 1
     # not exact: the simple run, or NLTK's finality on the region when it knows more (a
     # chunk is final there once two complete chunks end at or after it; three when nested)
@@ -389,10 +410,39 @@ def floor_words(text: str, view: Analysis) -> tuple[tuple[str, str], ...]:
         if k == len(chunks) - 1 and not region[-1:].isspace():
             out.append(("open", chunk))
         elif chunk[0].isascii() and chunk[0].isalpha() and not _BAD_IN_CHUNK.search(chunk):
-            out += [("word", w) for w in _chunk_words(chunk, False)]
+            out += [("word", w) for w in chunk_words(chunk, False)]
         else:
             out.append(("chunk", chunk))
     return tuple(out)
+
+
+_LEAD = re.compile(r"[A-Za-z]*")
+
+
+def next_chunk(text: str, view: Analysis) -> tuple[str, bool] | None:
+    """What an analysis that is not exact still knows about the chunk where its simple run of
+    complete chunks stopped (a chunk with a mark, or the last one with more than letters):
+    ``(letters, word)``: the ASCII letters that open it (``""``: none) and whether it holds a
+    letter or digit before its first ``.``, ``?`` or ``!``. Every continuation then has, as
+    its next word after ``view.open_flat`` (and ``view.open_nested``), a word that starts with
+    those letters or one the Treebank rules cut out of them (:class:`OpenWord`); and when
+    ``word``, that word belongs to the first open sentence (no boundary before a mark). None
+    when the view is exact, or when finality knows more words than the simple run."""
+    if view.exact:
+        return None
+    region, pos, words = text[view.anchor :], 0, 0
+    while True:
+        space = region.find(" ", pos)
+        chunk = region[pos:] if space < 0 else region[pos:space]
+        if space < 0 or (chunk and _BAD_IN_CHUNK.search(chunk)):
+            break
+        if chunk:
+            words += len(chunk_words(chunk, pos == 0))
+        pos = space + 1
+    if words != len(view.open_flat) or words != len(view.open_nested) or not chunk:
+        return None
+    head = _MARK.split(chunk, 1)[0]
+    return _LEAD.match(chunk).group(), _ALNUM.search(head) is not None
 
 
 def word_floor(text: str, view: Analysis) -> int:

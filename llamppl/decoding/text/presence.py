@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
+from llamppl.decoding.text import automata as ta
 from llamppl.decoding.text import units as tu
 from llamppl.decoding.text.base import (
     TextStructure,
@@ -48,6 +49,9 @@ class WordsIncluded(TextStructure):
 
     def levels(self) -> frozenset[str]:
         return frozenset({"word"})
+
+    def automaton(self) -> ta.Automaton:
+        return ta.Required(self.words)
 
     def prefix_ok(self, text: str, view: Analysis) -> bool:
         return True
@@ -98,6 +102,9 @@ class WordsExcluded(TextStructure):
 
     def levels(self) -> frozenset[str]:
         return frozenset({"word"})
+
+    def automaton(self) -> ta.Automaton:
+        return ta.Banned(tuple(self.words))
 
     def prefix_ok(self, text: str, view: Analysis) -> bool:
         return not any(tu.normalize(w) in self.words for w in view.flat + view.open_flat)

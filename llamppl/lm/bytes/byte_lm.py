@@ -209,9 +209,12 @@ class ByteLM(LanguageModel):
         index 256 is the end of the text.
 
         P(b | σ) = P(σ·b) / P(σ) and P(end | σ) = P_end(σ) / P(σ) over the (beam's) covering
-        of σ, normalised over the 257 outcomes
-        (:func:`~llamppl.lm.bytes.covering.next_byte_logprobs`). An impossible prefix gives
-        all ``-inf``.
+        of σ (:func:`~llamppl.lm.bytes.covering.next_byte_logprobs`), where P is the byte view
+        of the token LM: special tokens and tokens of no bytes are never drawn (the others are
+        renormalised at every token boundary; :mod:`~llamppl.lm.bytes.covering`). Exactly
+        (``beam=None``) the 257 outcomes then sum to one on their own and the chain of these
+        probabilities is :meth:`prefix_logprob`; with a beam they are normalised over the kept
+        strings (the beam's own byte LM). An impossible prefix gives all ``-inf``.
         """
         cover = await self.covering(as_prefix(prefix))
         if cover.dist is None:
@@ -220,9 +223,10 @@ class ByteLM(LanguageModel):
         return cover.dist
 
     async def prefix_logprob(self, prefix: bytes | str) -> float:
-        """log P(the text starts with ``prefix``): log Σ p(t) over the covering of ``prefix``
-        (Vieira et al. 2025); with a beam, over the strings the beam kept up to the last byte
-        (a lower bound)."""
+        """log P(the text starts with ``prefix``): log Σ p̃(t) over the covering of ``prefix``
+        (Vieira et al. 2025), p̃ the token LM that draws no special or byteless token (as
+        :meth:`next_byte_logprobs`, whose chain it equals exactly); with a beam, over the
+        strings the beam kept up to the last byte (a lower bound)."""
         return (await self.covering(as_prefix(prefix))).logprob
 
     async def greedy(

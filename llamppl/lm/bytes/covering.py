@@ -37,8 +37,19 @@ next-byte distribution, normalised over the 257 outcomes, is itself a proper lan
 model over bytes, and its P(σ) a lower bound.
 
 Tokens that add no text are outside the byte view: the end tokens (the end outcome), and
-tokens of no bytes or marked special by the tokenizer (BOS, ``<|im_start|>``): their mass
-is dropped, which the normalisation over the 257 outcomes absorbs.
+tokens of no bytes or marked special by the tokenizer (BOS, ``<|im_start|>``), the
+*excluded* tokens X. The byte view is the token LM that never draws them: at every token
+boundary the next-token distribution is renormalised over the others,
+
+    p̃(w | t) = p(w | t) / (1 − p(X | t))   for w ∉ X,
+
+and p̃ replaces p everywhere above (P(σ), the masses M, the end). Then for every prefix
+Σ_b P(σ·b) + P_end(σ) = P(σ) exactly (each element's masses over the 256 bytes and the end
+add up to its weight), so the chain of next-byte probabilities multiplies out to P(σ):
+``prefix_logprob`` and ``next_byte_logprobs`` describe one distribution, the text of p̃.
+Without excluded mass p̃ = p. (Dropping X's mass instead and normalising only the next-byte
+distribution would give each element's mass a different denominator, a next-byte
+distribution whose chain is not P(σ).)
 """
 
 from __future__ import annotations
@@ -124,6 +135,8 @@ class ByteTables:
         ``(T,)`` long on the LM's device: the ids in that order.
     by_bytes : dict[bytes, list[int]]
         The text token ids of each byte string.
+    excluded : torch.Tensor
+        ``(X,)`` long on the LM's device: the ids outside the byte view (not the end tokens).
     """
 
     def __init__(self, lm: LanguageModel) -> None:
@@ -137,6 +150,11 @@ class ByteTables:
         self.sorted_bytes = [b for b, _ in text]
         self.device = lm.device
         self.sorted_ids = torch.tensor([i for _, i in text], dtype=torch.long, device=self.device)
+        self.excluded = torch.tensor(
+            [i for i, b in enumerate(self.bins_host) if b == _EXCLUDED],
+            dtype=torch.long,
+            device=self.device,
+        )
         self.by_bytes: dict[bytes, list[int]] = {}
         for b, i in text:
             self.by_bytes.setdefault(b, []).append(i)
@@ -191,20 +209,34 @@ def root_covering() -> Covering:
 
 
 def element_masses(tables: ByteTables, cover: Covering) -> torch.Tensor:
-    """``(E, 258)`` float64 log-masses: ``[e, b]`` = log Σ p(w | t_e) over the tokens w that
-    strictly extend ``rest_e`` and have byte b after it; for an element with empty rest also
-    the end tokens (bin 256) and the tokens outside the byte view (bin 257). Every element's
-    ``row`` must be fetched. One ``index_add`` for all elements."""
-    ids, bins, rows = [], [], []
+    """``(E, 258)`` float64 log-masses under the byte view p̃ (module docstring): ``[e, b]`` =
+    log Σ p̃(w | t_e) over the tokens w that strictly extend ``rest_e`` and have byte b after
+    it, for an element with empty rest also the end tokens (bin 256); ``[e, 257]`` = log(1 −
+    p(X | t_e)), the token LM's mass inside the byte view, by which the other bins were
+    divided (``-inf``: all of it outside, and every bin ``-inf``). Every element's ``row``
+    must be fetched. One ``index_add`` for all elements."""
+    ids, bins, rows, outside = [], [], [], []
     for e, el in enumerate(cover.elements):
         node_ids, node_bins = tables.node(el.rest)
-        rows.append(el.row.to(torch.float64)[node_ids].exp())  # (n_e,)
-        bins.append(node_bins + e * _BINS)
-        ids.append(node_ids)
-    flat = torch.zeros(len(cover.elements) * _BINS, dtype=torch.float64, device=tables.device)
+        row = el.row.to(torch.float64)
+        keep = node_bins != _EXCLUDED
+        rows.append(row[node_ids[keep]].exp())  # (n_e,)
+        bins.append(node_bins[keep] + e * _BINS)
+        ids.append(node_ids[keep])
+        outside.append(
+            row[tables.excluded].exp().sum() if tables.excluded.numel() else row.new_zeros(())
+        )
+    n = len(cover.elements)
+    flat = torch.zeros(n * _BINS, dtype=torch.float64, device=tables.device)
     if rows:
         flat.index_add_(0, torch.cat(bins), torch.cat(rows))
-    return flat.view(len(cover.elements), _BINS).log()
+    masses = flat.view(n, _BINS).log()
+    if n:
+        inside = torch.log1p(-torch.stack(outside).clamp(max=1.0))  # (E,) log(1 − p(X | t_e))
+        masses[:, : EOS_BYTE + 1] -= inside[:, None]
+        masses[inside == -math.inf, :] = -math.inf  # p̃ undefined: nothing inside the view
+        masses[:, _EXCLUDED] = inside
+    return masses
 
 
 def next_byte_logprobs(cover: Covering) -> torch.Tensor:
@@ -238,13 +270,14 @@ def extend_covering(tables: ByteTables, cover: Covering, byte: int, beam: int | 
         for w in tables.by_bytes.get(el.rest + bytes([byte]), ()):
             closing.append((i, w))
     parts = [weights]
-    if closing:
+    if closing:  # log p̃(t_e) + log p̃(w | t_e) = log p(t_e) + log p(w | t_e) − log(1 − p(X | t_e))
+        idx = torch.tensor([i for i, _ in closing], dtype=torch.long, device=masses.device)
         parts.append(
             torch.stack([els[i].row[w].to(torch.float64) for i, w in closing])
-            + torch.tensor(
-                [els[i].logp for i, _ in closing], dtype=torch.float64, device=masses.device
-            )
+            + logp[idx]
+            - masses[idx, _EXCLUDED]
         )
+        parts[-1] = torch.nan_to_num(parts[-1], nan=-math.inf, posinf=-math.inf)  # p̃ undefined
     values = torch.cat(parts).tolist()  # one read
     logprob = _logsumexp(values[: len(els)])
     order = sorted((i for i in range(len(els)) if values[i] > -math.inf), key=lambda i: -values[i])

@@ -3,46 +3,60 @@
 A batched forward of :class:`~llamppl.CachedCausalLM` mixes the contexts of every particle
 (of every job, under :func:`~llamppl.distributed.run_many`). On a CPU its floating-point
 bits then depend on the company a context keeps in three ways: a linear layer's matrix
-product rounds a row differently for different numbers of rows ``M`` (MKL: ``M = 1``,
-``M in {2, 3}`` and ``M >= 4`` give three results), an attention row padded to another
-row's length reduces in another order, and the shared-prefix merge
+product rounds a row differently for different numbers of rows ``M``, an attention row
+padded to another row's length reduces in another order, and the shared-prefix merge
 (:mod:`llamppl.lm.hf.prefix_attention`) splits a row's softmax where the batch's common
 prefix ends. This mode removes all three, so every hidden state is a function of its
-context alone:
+context alone (the layout: :mod:`llamppl.lm.hf.per_query_forward`):
 
-- **Linear layers** run on at least :data:`~llamppl.lm.hf.batch_plan.MIN_GEMM_ROWS` token
-  rows (:func:`~llamppl.lm.hf.batch_plan.pad_rows` adds empty rows to a smaller forward;
-  the LM head pads the same way). Above that the per-row result is the same for every M.
-- **Attention** is computed per query over its own keys: the query of a token at
-  position ``t`` reads the ``t + 1`` keys of its context from the
-  :class:`~llamppl.lm.hf.kv_pool.KVPool`, in position order from 0, end padded to
-  :func:`~llamppl.lm.hf.batch_plan.key_width` columns (a multiple of 8) with masked
-  slots. Queries of the same width are one call of the model's own attention function
-  (``sdpa`` or ``eager``) with one query each, so a query's call has the same shape,
-  the same key order and the same masked tail whichever rows, row lengths or tree
-  groups the forward holds; a batch entry's result does not depend on the batch size.
-- **No shared-prefix merge**: the prefix is read per query (it is part of its key list).
+- **Linear layers** see row counts their kernels treat alike
+  (:func:`~llamppl.lm.hf.fast_linear.linear_rows`). FBGEMM's float16-weight GEMM (the
+  default on x86 CPUs) gives a row the same bits in every call whose row count is a
+  multiple of 6, on AVX2 and AVX-512 alike, as its kernels show
+  (:mod:`llamppl.lm.hf.fast_linear`): the forward runs as one call padded to such a count
+  (:class:`~llamppl.lm.hf.batch_plan.PaddedCalls`; the LM head pads the same way). Other
+  kernels (MKL's float32 GEMM, whose row classes change with the ISA and the thread count)
+  get calls of exactly 48 rows each (:class:`~llamppl.lm.hf.batch_plan.FixedCalls`).
+- **Attention** is computed per query over its own keys, read from the
+  :class:`~llamppl.lm.hf.kv_pool.KVPool` in position order, in calls whose shapes depend on
+  the query's context only (:mod:`llamppl.lm.hf.query_plan`). ``sdpa`` models without
+  sliding windows, on the CPU, cut the keys into blocks at fixed absolute positions and
+  merge per-block results in block order (:mod:`llamppl.lm.hf.block_attention`): a block
+  shared by many queries (a long prompt below every row) is read once per call, so 16 and
+  64 rows below a 1,000-token prompt cost 1.2-1.3x the per-row forward's decode steps
+  (was 2.3x and 4.8x when each query gathered its whole context;
+  ``benchmarks/reports/smc_step.md``). Other models read each query's whole context, end
+  padded to a multiple of 8 columns, with the model's own attention function (``sdpa`` or
+  ``eager``) on one query per batch entry.
+- **No shared-prefix merge across queries**: where the prompt ends does not decide how a
+  query's softmax is split; the block boundaries are the same for every context.
 - **One thread for attention.** With several intra-op threads, CPU attention kernels split a
   small batch's work across threads differently for different batch sizes (measured,
   torch 2.13: ``sdpa`` and ``matmul`` attention at 2 threads give a query other bits beside
   other queries), so on a CPU the per-query calls run on one thread
-  (:func:`one_thread`); the linear layers keep every thread (their rows were measured
-  invariant at 1 and 2 threads).
+  (:func:`one_thread`); the linear layers keep every thread (FBGEMM splits only the output
+  columns across threads).
+
+What holds where: bitwise invariance within one process (one CPU, one ISA, one thread
+count) — the same context gives the same bits alone and in any company. Another ISA or
+thread count gives other bits (still within float32 rounding). Tested on AVX-512 and, in a
+subprocess with ``FBGEMM_ENABLE_INSTRUCTIONS=AVX2``, ``ATEN_CPU_CAPABILITY=avx2`` and
+``MKL_ENABLE_INSTRUCTIONS=AVX2``, on the AVX2 paths (``tests/lm/test_avx2_paths.py``).
 
 Not covered: mixture-of-experts layers run each expert's product on the tokens routed to it,
 so their bits still depend on the batch (the log-probs stay exact). On a GPU the layout is
-the same (batched gathers and calls, no per-row host sync), but the row threshold and the
-kernels' invariance are those measured on this CPU; a GPU's (split-K products,
-split-KV decoding) are not measured here.
+the same with whole contexts (batched gathers and calls, no per-row host sync), but the
+kernels' invariance is only measured on CPUs here (a GPU's split-K products and split-KV
+decoding are not).
 
 The K/V cache, the trie and the work counts are those of the per-row forward; every new
-token still runs once. Index data still goes to the device in one upload; the buckets'
+token still runs once. Index data still goes to the device in one upload; the calls'
 shapes are host-side. The attention function is registered in transformers'
 ``AttentionInterface`` as :data:`ATTENTION_NAME` and switched on for one forward
 (:func:`per_query`), as the shared-prefix path is::
 
-    qp = plan_queries(nodes, plan.src, scratch=pool.scratch)
-    state = QueryState(pool, qp.buckets, q_src, n_keys, slots, arch.windows, additive=False)
+    reader = KeyBlocks(pool, plan_blocks(nodes, src, pool.scratch), tensors)
+    state = QueryState(pool, reader, arch.windows, additive=False)
     layers = [QueryPoolLayer(pool, l, src, dst, width, state) for l in range(pool.n_layers)]
     with per_query(model.config, state):
         model.base_model(..., cache=PoolCache(layers))
@@ -64,13 +78,16 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from .block_attention import KeyBlocks
 from .kv_pool import KVPool, PoolLayer
-from .prefix_attention import routed_attention
+from .prefix_attention import NEUTRAL_KWARGS, is_unset, routed_attention
 
 __all__ = [
     "ATTENTION_NAME",
     "QueryPoolLayer",
     "QueryState",
+    "Unsplittable",
+    "WholeContext",
     "one_thread",
     "per_query",
     "per_query_attention",
@@ -79,46 +96,23 @@ __all__ = [
 ATTENTION_NAME = "llamppl_per_query"
 
 
-class QueryState:
-    """What the layers of one batch-invariant forward pass to the attention function.
+class WholeContext:
+    """The calls of a :class:`~llamppl.lm.hf.query_plan.QueryPlan`: each query's whole context.
 
-    Parameters
-    ----------
-    pool : KVPool
-        The K/V pool the queries read.
-    buckets : sequence of (count, width)
-        The query buckets of a :class:`~llamppl.lm.hf.batch_plan.QueryPlan`.
-    q_src, n_keys, slots : torch.Tensor
-        Its index lists on the device: ``(n,)`` flat query index, ``(n,)`` keys seen,
-        ``(sum count x width,)`` key slots.
-    windows : sequence of int | None
-        Per-layer sliding windows (None: full attention).
-    additive : bool
-        Eager attention (the model's own ``eager_attention_forward``, an additive float
-        mask) instead of ``sdpa`` (a boolean mask).
-
-    ``pending`` is the layer whose K/V were just written, until its attention call takes
-    it; ``consumed`` counts the layers that did, ``missed`` the calls that found no layer
-    pending or a layer never taken. Any miss voids the forward.
+    ``q_src, n_keys, slots`` are its index lists on the device: ``(n,)`` flat query index,
+    ``(n,)`` keys seen, ``(sum count x width,)`` key slots.
     """
 
     def __init__(
         self,
-        pool: KVPool,
         buckets: Sequence[tuple[int, int]],
         q_src: torch.Tensor,
         n_keys: torch.Tensor,
         slots: torch.Tensor,
-        windows: Sequence[int | None],
-        additive: bool,
     ) -> None:
-        self.pool, self.buckets, self.windows = pool, list(buckets), tuple(windows)
-        self.additive = additive
+        self.buckets = list(buckets)
         self.index = {q_src.device: (q_src, n_keys, slots)}
         self.masks: dict[tuple[torch.device, int | None, torch.dtype], list[torch.Tensor]] = {}
-        self.pending: tuple[int, torch.Tensor, torch.Tensor] | None = None
-        self.consumed = 0
-        self.missed = 0
 
     def on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The index tensors on ``device`` (a model split across devices: one copy per device)."""
@@ -130,8 +124,9 @@ class QueryState:
         self, device: torch.device, window: int | None, dtype: torch.dtype
     ) -> list[torch.Tensor]:
         """Each bucket's mask ``(count, 1, 1, width)``: key ``j`` seen iff ``j < n_keys`` (and
-        ``j >= n_keys - window``); bool, or additive of ``dtype`` (0 / its minimum) for eager."""
-        key = (device, window, dtype if self.additive else torch.bool)
+        ``j >= n_keys - window``); bool, or additive of ``dtype`` (0 / its minimum) when
+        ``dtype`` is given as a floating type for eager attention."""
+        key = (device, window, dtype)
         if key not in self.masks:
             _, n_keys, _ = self.on(device)
             out, at = [], 0
@@ -140,7 +135,7 @@ class QueryState:
                 j = torch.arange(width, device=device)[None, :]  # (1, width)
                 seen = j < n if window is None else (j < n) & (j >= n - window)
                 m = seen[:, None, None, :]  # (count, 1, 1, width)
-                if self.additive:
+                if dtype != torch.bool:
                     m = torch.zeros(m.shape, dtype=dtype, device=device).masked_fill_(
                         ~m, torch.finfo(dtype).min
                     )
@@ -148,6 +143,79 @@ class QueryState:
                 at += count
             self.masks[key] = out
         return self.masks[key]
+
+    def attend(
+        self,
+        module: torch.nn.Module,
+        layer: int,
+        query: torch.Tensor,
+        state: QueryState,
+        v_dim: int,
+        kwargs: dict[str, Any],
+    ) -> torch.Tensor:
+        """Each bucket is one call of the model's attention function on ``(count, H, 1, D_k)``
+        queries and their ``(count, H_kv, width, D)`` keys read from the pool; the outputs land
+        at the queries' flat positions, zeros elsewhere. ``(B, H, T, D_k)`` -> ``(B, T, H, D_v)``."""
+        pool, dev = state.pool, query.device
+        B, H, T, Dk = query.shape
+        Hkv = pool.n_kv_heads
+        q_src, _, slots = self.on(dev)
+        mask_dtype = query.dtype if state.additive else torch.bool
+        masks = self.bucket_masks(dev, state.windows[layer], mask_dtype)
+        q_all = query.transpose(1, 2).reshape(B * T, H, Dk)  # (B·T, H, D_k)
+        out = query.new_zeros(B * T, H, v_dim)  # (B·T, H, D_v); padding queries stay 0
+        inner = eager_of(module) if state.additive else sdpa_attention_forward
+        at_q = at_k = 0
+        for (count, width), mask in zip(self.buckets, masks):
+            idx = q_src[at_q : at_q + count]  # (count,)
+            k, v = pool.read(layer, slots[at_k : at_k + count * width])  # (H_kv, count·width, D)
+            k = k.view(Hkv, count, width, Dk).transpose(0, 1)  # (count, H_kv, width, D_k)
+            v = v.view(Hkv, count, width, v_dim).transpose(0, 1)  # (count, H_kv, width, D_v)
+            q = q_all.index_select(0, idx)[:, :, None]  # (count, H, 1, D_k)
+            o, _ = inner(module, q, k, v, mask, **kwargs)  # (count, 1, H, D_v)
+            out.index_copy_(0, idx, o.reshape(count, H, v_dim))
+            at_q, at_k = at_q + count, at_k + count * width
+        return out.view(B, T, H, v_dim)
+
+
+class QueryState:
+    """What the layers of one batch-invariant forward pass to the attention function.
+
+    Parameters
+    ----------
+    pool : KVPool
+        The K/V pool the queries read.
+    reader : WholeContext | KeyBlocks
+        The forward's attention calls (:mod:`llamppl.lm.hf.query_plan`'s two layouts).
+    windows : sequence of int | None
+        Per-layer sliding windows (None: full attention).
+    additive : bool
+        Eager attention (the model's own ``eager_attention_forward``, an additive float
+        mask) instead of ``sdpa`` (a boolean mask).
+
+    ``pending`` is the layer whose K/V were just written, until its attention call takes
+    it; ``consumed`` counts the layers that did, ``missed`` the calls that found no layer
+    pending or a layer never taken. Any miss voids the forward. A key-block call carrying a
+    keyword that changes the scores raises :class:`Unsplittable` (the forward is rerun with
+    whole contexts).
+    """
+
+    def __init__(
+        self,
+        pool: KVPool,
+        reader: WholeContext | KeyBlocks,
+        windows: Sequence[int | None],
+        additive: bool,
+    ) -> None:
+        self.pool, self.reader, self.windows = pool, reader, tuple(windows)
+        self.additive = additive
+        self.pending: tuple[int, torch.Tensor, torch.Tensor] | None = None
+        self.consumed = 0
+        self.missed = 0
+
+
+class Unsplittable(Exception):
+    """A key-block forward met an attention call with keywords that change the scores."""
 
 
 ACTIVE: ContextVar[QueryState | None] = ContextVar("llamppl_query_state", default=None)
@@ -221,11 +289,10 @@ def per_query_attention(
     """transformers attention function (registered as :data:`ATTENTION_NAME`).
 
     ``query`` ``(B, H, T, D_k)``; ``key``/``value`` are the new tokens' own ``(B, H_kv, T, D)``
-    (already in the pool). Each bucket of the active :class:`QueryState` is one call of the
-    model's attention function on ``(count, H, 1, D_k)`` queries and their
-    ``(count, H_kv, width, D)`` keys read from the pool; the outputs land at the queries'
-    flat positions, zeros elsewhere (padding). Returns ``(B, T, H, D_v)``. Without a pending
-    layer (another thread's forward, a model whose cache update bypassed ours): plain ``sdpa``.
+    (already in the pool). The active :class:`QueryState`'s reader computes every query's
+    attention over its own keys (:class:`WholeContext`, :class:`~llamppl.lm.hf.block_attention.KeyBlocks`);
+    returns ``(B, T, H, D_v)``. Without a pending layer (another thread's forward, a model
+    whose cache update bypassed ours): plain ``sdpa``.
     """
     state = ACTIVE.get()
     pending = None if state is None else state.pending
@@ -235,27 +302,18 @@ def per_query_attention(
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     state.pending = None
     state.consumed += 1
-    layer = pending[0]
-    pool, dev = state.pool, query.device
-    B, H, T, Dk = query.shape
-    Hkv, Dv = key.shape[1], value.shape[-1]
-    q_src, _, slots = state.on(dev)
-    masks = state.bucket_masks(dev, state.windows[layer], query.dtype)
-    q_all = query.transpose(1, 2).reshape(B * T, H, Dk)  # (B·T, H, D_k)
-    out = query.new_zeros(B * T, H, Dv)  # (B·T, H, D_v); padding queries stay 0
-    inner = eager_of(module) if state.additive else sdpa_attention_forward
-    at_q = at_k = 0
-    with one_thread(dev):
-        for (count, width), mask in zip(state.buckets, masks):
-            idx = q_src[at_q : at_q + count]  # (count,)
-            k, v = pool.read(layer, slots[at_k : at_k + count * width])  # (H_kv, count·width, D)
-            k = k.view(Hkv, count, width, Dk).transpose(0, 1)  # (count, H_kv, width, D_k)
-            v = v.view(Hkv, count, width, Dv).transpose(0, 1)  # (count, H_kv, width, D_v)
-            q = q_all.index_select(0, idx)[:, :, None]  # (count, H, 1, D_k)
-            o, _ = inner(module, q, k, v, mask, **kwargs)  # (count, 1, H, D_v)
-            out.index_copy_(0, idx, o.reshape(count, H, Dv))
-            at_q, at_k = at_q + count, at_k + count * width
-    return out.view(B, T, H, Dv), None
+    layer, v_dim = pending[0], value.shape[-1]
+    with one_thread(query.device):
+        if isinstance(state.reader, WholeContext):
+            return state.reader.attend(module, layer, query, state, v_dim, kwargs), None
+        plain = all(k in NEUTRAL_KWARGS or is_unset(v) for k, v in kwargs.items())
+        if not plain or not is_unset(kwargs.get("dropout")):
+            # soft-capping, sinks, ...: stop, the caller reruns with whole contexts
+            raise Unsplittable(sorted(k for k, v in kwargs.items() if not is_unset(v)))
+        scaling = kwargs.get("scaling")
+        if scaling is None:
+            scaling = query.shape[-1] ** -0.5
+        return state.reader.attend(layer, query, v_dim, scaling), None
 
 
 AttentionInterface.register(ATTENTION_NAME, per_query_attention)

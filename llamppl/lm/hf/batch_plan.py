@@ -25,73 +25,107 @@ so it is tested on a bare :class:`~llamppl.lm.trie.TokenTrie`. The steps:
    ancestor) and whether its slots are contiguous. ``plan_rows(..., shared=S)``
    then leaves those ``S`` keys out of every row (``P`` counts the keys past
    them), for :mod:`llamppl.lm.hf.prefix_attention` to read once for all rows.
-5. Batch-invariant layout (:mod:`llamppl.lm.hf.batch_invariant`): :func:`pad_rows` adds
-   empty rows until the forward has :func:`gemm_rows` token rows, and :func:`plan_queries`
-   gives every new token its own key list, its whole context from position 0, end padded to
-   :func:`key_width` columns, in buckets of equal width::
+5. Batch-invariant layout (:mod:`llamppl.lm.hf.batch_invariant`): the linear layers must
+   see row counts their kernels treat alike (:class:`PaddedCalls`: one call, rows padded to a
+   multiple of :data:`GEMM_ROW_BLOCK`, for FBGEMM's float16 GEMM; :class:`FixedCalls`: calls
+   of exactly :data:`FIXED_CALL_ROWS` rows for any other kernel). :func:`pack_rows` lays a
+   forward's groups out for the first, :func:`pack_tokens` one call's tokens for the second;
+   each new token's keys are planned by :mod:`llamppl.lm.hf.query_plan`::
 
-       qp = plan_queries([n for g in groups for n in g], plan.src, scratch=pool.scratch)
-       qp.src, qp.n_keys      # (n,) each query's flat index b*T + column, its context length
-       qp.slots               # each bucket's (count x width) key slots, row-major
-       qp.buckets             # [(count, width), ...]
+       rows = PaddedCalls()
+       plan = pack_rows(groups, multiple=rows.multiple)     # B * T a multiple of 6
+       plan = pack_tokens(nodes[a:b], FixedCalls().size)   # one call of 48 rows
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..trie import TrieNode
 
 __all__ = [
-    "KEY_BLOCK",
-    "MAX_GATHER_SLOTS",
-    "MIN_GEMM_ROWS",
+    "FIXED_CALL_ROWS",
+    "GEMM_ROW_BLOCK",
     "PACK_ROW_TOKENS",
-    "QueryPlan",
+    "FixedCalls",
+    "PaddedCalls",
     "Request",
+    "RowCalls",
     "RowPlan",
     "common_ancestor",
     "count_new_tokens",
-    "gemm_rows",
     "group_paths",
-    "key_width",
     "pack_rows",
-    "pad_rows",
-    "plan_queries",
+    "pack_tokens",
     "plan_rows",
     "shared_prefix",
 ]
 
-#: a matrix product ``(M, K) @ (K, N)`` gives every row the same bits for all M >= this
-#: (measured: MKL 2024.2, AVX-512, 1 thread, the five weight shapes of SmolLM2-135M and
-#: M = 1..4096: M = 1, M in {2, 3} and M >= 4 are three classes; position in the batch never
-#: matters). A new linear kernel with another threshold changes only this number.
-MIN_GEMM_ROWS = 4
-#: key columns of one query are padded at the end to a multiple of this (:func:`key_width`):
-#: any width that depends on the query's context alone is invariant; wider blocks mean fewer
-#: attention calls but more masked columns to compute (blocks of 64 made a forward of 128
-#: short rows ~16% slower than the per-row path, blocks of 8 about as fast)
-KEY_BLOCK = 8
+#: FBGEMM's float16 GEMM gives every row of a call the same bits for any number of rows that
+#: is a multiple of this (its kernels, read in ``llamppl.lm.hf.fast_linear``'s docstring)
+GEMM_ROW_BLOCK = 6
+#: rows of every call of a forward whose products are not FBGEMM's (MKL's float32 GEMM and
+#: others): a multiple of 6 and of 16, where MKL 2024.2 gave a row the same bits at every
+#: position of the call (AVX-512 and forced AVX2, 1 and 2 threads; at 8 and 32 rows forced
+#: to AVX2 it did not), and large enough that calls stay efficient (a 9-row decode step's
+#: linear layers cost 2x, a 1000-token prompt's 1.4x)
+FIXED_CALL_ROWS = 48
 #: new tokens per row of a batch-invariant forward (:func:`pack_rows`); rows only shape the
 #: linear layers' input there, so any width that packs the groups tightly will do
 PACK_ROW_TOKENS = 256
-#: at most this many key slots are gathered for one attention call (a bucket is split above it)
-MAX_GATHER_SLOTS = 1 << 15
 
 
-def gemm_rows(m: int) -> int:
-    """Token rows to run a forward's linear layers on so that no row's bits depend on ``m``."""
-    return max(m, MIN_GEMM_ROWS)
+class RowCalls(Protocol):
+    """How a batch-invariant forward feeds its ``n`` new tokens to the matrix products."""
+
+    def calls(self, n: int) -> list[tuple[int, int]]:
+        """The token ranges ``[a, b)`` run by one model call each, in order."""
+        ...
+
+    def rows(self, n: int) -> int:
+        """The rows a call holding ``n`` real tokens runs on (the rest is padding)."""
+        ...
+
+    def plans(self, groups: Sequence[Sequence[TrieNode]]) -> list[tuple[list[TrieNode], RowPlan]]:
+        """The model calls of a forward of ``groups``: each call's nodes and row layout."""
+        ...
 
 
-def key_width(n_keys: int) -> int:
-    """Key columns of a query that sees ``n_keys`` keys, rounded up to :data:`KEY_BLOCK`.
+@dataclass(frozen=True)
+class PaddedCalls:
+    """One call for the whole forward, its rows padded to a multiple of ``multiple``."""
 
-    A function of the query's own context only, so its attention has the same shape (and the
-    same masked tail) in every batch it is computed in.
-    """
-    return -(-n_keys // KEY_BLOCK) * KEY_BLOCK
+    multiple: int = GEMM_ROW_BLOCK
+
+    def calls(self, n: int) -> list[tuple[int, int]]:
+        return [(0, n)]
+
+    def rows(self, n: int) -> int:
+        return max(1, -(-n // self.multiple)) * self.multiple
+
+    def plans(self, groups: Sequence[Sequence[TrieNode]]) -> list[tuple[list[TrieNode], RowPlan]]:
+        return [([node for g in groups for node in g], pack_rows(groups, multiple=self.multiple))]
+
+
+@dataclass(frozen=True)
+class FixedCalls:
+    """Calls of exactly ``size`` rows each (the last one padded): no kernel ever sees another
+    row count, so only a row's position inside the call could change its bits."""
+
+    size: int = FIXED_CALL_ROWS
+
+    def calls(self, n: int) -> list[tuple[int, int]]:
+        return [(a, min(n, a + self.size)) for a in range(0, n, self.size)]
+
+    def rows(self, n: int) -> int:
+        return self.size
+
+    def plans(self, groups: Sequence[Sequence[TrieNode]]) -> list[tuple[list[TrieNode], RowPlan]]:
+        nodes = [node for g in groups for node in g]
+        return [(nodes[a:b], pack_tokens(nodes[a:b], self.size)) for a, b in self.calls(len(nodes))]
 
 
 @dataclass
@@ -266,19 +300,25 @@ def plan_rows(
     return plan
 
 
-def pack_rows(groups: Sequence[Sequence[TrieNode]], row_tokens: int = PACK_ROW_TOKENS) -> RowPlan:
+def pack_rows(
+    groups: Sequence[Sequence[TrieNode]],
+    row_tokens: int = PACK_ROW_TOKENS,
+    multiple: int = 1,
+) -> RowPlan:
     """The row layout of a batch-invariant forward: whole groups packed side by side into rows
-    of at most ``row_tokens`` new tokens, in order (a longer group has a row of its own).
+    of at most ``row_tokens`` new tokens, in order (a longer group has a row of its own); the
+    rows are then widened (left padding) until ``B * T`` is a multiple of ``multiple``.
 
     Per-query attention reads each query's keys from the pool by slot and ignores the rows,
     so rows only shape the linear layers' input, which then holds about the forward's tokens
     and no more. :func:`plan_rows` gives every group a row of the longest group's width, so a
     forward whose groups carry several tokens each (forced tokens, a prompt) runs mostly
     padding: cheap where the linear layers are bound by reading weights (few rows), not where
-    they are bound by arithmetic (many rows). ``P = 0`` and no tree is recorded: the mask
-    built from this plan (a causal chain per row) is only there to give a layer that bypasses
-    the attention interface a well-formed input; such a forward is discarded and served per
-    row (``CachedCausalLM._run_per_query``). ``src`` and ``dst`` follow the groups' order.
+    they are bound by arithmetic (many rows). Widening adds fewer than ``multiple`` columns
+    (``T`` is rounded up to a multiple of ``multiple / gcd(B, multiple)``). ``P = 0`` and no
+    tree is recorded: the mask built from this plan (a causal chain per row) is only there to
+    give a layer that bypasses the attention interface a well-formed input; such a forward is
+    discarded and served per row. ``src`` and ``dst`` follow the groups' order.
     """
     rows: list[list[int]] = []
     sizes: list[int] = []
@@ -289,7 +329,9 @@ def pack_rows(groups: Sequence[Sequence[TrieNode]], row_tokens: int = PACK_ROW_T
         else:
             rows.append([i])
             sizes.append(len(g))
-    B, T = len(rows), max(sizes)
+    B = len(rows)
+    step = multiple // math.gcd(B, multiple)
+    T = -(-max(sizes) // step) * step
     plan = RowPlan(B, T, 0, [0] * (B * T), [0] * (B * T), sizes, [0] * B)
     where: list[int] = [0] * len(groups)  # flat index of each group's first token
     for b, members in enumerate(rows):
@@ -306,68 +348,16 @@ def pack_rows(groups: Sequence[Sequence[TrieNode]], row_tokens: int = PACK_ROW_T
     return plan
 
 
-def pad_rows(plan: RowPlan, scratch: int, rows: int | None = None) -> RowPlan:
-    """Append empty rows to ``plan`` (in place) until ``B * T >= gemm_rows(B * T)``, or ``rows`` rows.
-
-    An empty row has no new token (``t_len = 0``): it is padding for the linear layers only,
-    its key columns read ``scratch`` and nothing of it is stored.
-    """
-    n = rows if rows is not None else -(-gemm_rows(plan.B * plan.T) // plan.T) - plan.B
-    if n <= 0:
-        return plan
-    plan.B += n
-    plan.ids += [0] * (n * plan.T)
-    plan.pos += [0] * (n * plan.T)
-    plan.t_len += [0] * n
-    plan.p_len += [0] * n
-    plan.read += [scratch] * (n * (plan.P + plan.T))
-    return plan
-
-
-@dataclass
-class QueryPlan:
-    """Per-query key lists of one batch-invariant forward (see the module docstring); flat lists."""
-
-    src: list[int] = field(default_factory=list)  # (n,) flat index b*T + column, bucket by bucket
-    n_keys: list[int] = field(default_factory=list)  # (n,) keys each query sees (itself included)
-    slots: list[int] = field(default_factory=list)  # per bucket (count x width) slots, row-major
-    buckets: list[tuple[int, int]] = field(default_factory=list)  # (count, width) in order
-
-    def index_lists(self) -> list[list[int]]:
-        """``src, n_keys, slots``: what goes to the device."""
-        return [self.src, self.n_keys, self.slots]
-
-
-def plan_queries(
-    nodes: Sequence[TrieNode],
-    src: Sequence[int],
-    scratch: int,
-    max_slots: int = MAX_GATHER_SLOTS,
-) -> QueryPlan:
-    """Every new node's own key list: the slots of its whole context, root first, end padded
-    with ``scratch`` to :func:`key_width`; queries of one width form a bucket (at most
-    ``max_slots`` slots each, else split). ``src[k]`` is node ``k``'s flat index in the rows.
-
-    A node's list is its parent's plus its own slot when the parent is planned too (a prompt's
-    tokens), so a group of ``T`` tokens costs O(T x context) list items, no trie walks.
-    """
-    context: dict[TrieNode, list[int]] = {}
-    by_width: dict[int, list[tuple[int, int, list[int]]]] = {}
-    for node, at in zip(nodes, src):
-        parent = context.get(node.parent)  # type: ignore[arg-type]
-        keys = parent + [node.slot] if parent is not None else node.path_slots()
-        context[node] = keys
-        by_width.setdefault(key_width(len(keys)), []).append((at, len(keys), keys))
-    plan = QueryPlan()
-    for width in sorted(by_width):
-        queries = by_width[width]
-        per_call = max(1, max_slots // width)
-        for first in range(0, len(queries), per_call):
-            chunk = queries[first : first + per_call]
-            plan.buckets.append((len(chunk), width))
-            for at, n, keys in chunk:
-                plan.src.append(at)
-                plan.n_keys.append(n)
-                plan.slots += keys
-                plan.slots += [scratch] * (width - n)
+def pack_tokens(nodes: Sequence[TrieNode], width: int) -> RowPlan:
+    """One row of exactly ``width`` columns holding ``nodes`` (a call of :class:`FixedCalls`),
+    left padded; as :func:`pack_rows`, no cached columns and no tree."""
+    if len(nodes) > width:
+        raise ValueError(f"{len(nodes)} tokens do not fit a row of {width}")
+    plan = RowPlan(1, width, 0, [0] * width, [0] * width, [len(nodes)], [0])
+    for k, node in enumerate(nodes):
+        at = width - len(nodes) + k
+        plan.ids[at] = node.token
+        plan.pos[at] = node.depth - 1
+        plan.src.append(at)
+        plan.dst.append(node.slot)
     return plan

@@ -16,21 +16,17 @@ context is just a token tuple, and equal prefixes are the same trie nodes::
     logps = asyncio.run(lm.next_token_logprobs(prompt))   # (vocab_size,) float32
     lm.stats        # CacheStats(forward_calls=1, tokens_run=5, cache_hits=0, ...)
 
-Batched forward layout (:mod:`llamppl.lm.hf.batch_plan`, :mod:`llamppl.lm.hf.tree_mask`).
-Contexts that need new tokens are grouped by the cached node they extend; each
-group is one row of cached keys then new tokens, with explicit ``position_ids``
-and a 4-D tree mask, so every new node is run exactly once. Inside the
-forward, each attention layer writes the new tokens' K/V straight into their
-pool slots and reads each row's context with one ``index_select``
-(:class:`~llamppl.lm.hf.kv_pool.PoolLayer`), so no K/V is copied back afterwards.
-When the rows share a cached prefix (the prompt of an SMC step), ``sdpa`` models
-without sliding windows read it once per layer instead of once per row
+Batched forward layouts. Contexts that need new tokens are grouped by the cached node they
+extend; every new node is run exactly once, and each attention layer writes the new tokens'
+K/V straight into their pool slots. By default (``batch_invariant=True``) a context's
+log-probs are bitwise the same whatever else shares its forward
+(:mod:`llamppl.lm.hf.batch_invariant`, laid out by :mod:`llamppl.lm.hf.per_query_forward`):
+linear layers on row counts their kernels treat alike, attention per query over its own keys
+in fixed absolute blocks, a block shared by many rows (a long prompt) read once per call. So
+a job's result under :func:`~llamppl.distributed.run_many` does not depend on the jobs beside
+it. ``batch_invariant=False`` is the per-row layout (:mod:`llamppl.lm.hf.per_row_forward`):
+a row per group with a 4-D tree mask, and the rows' common cached prefix read once per layer
 (:mod:`llamppl.lm.hf.prefix_attention`; ``share_prefix``, ``stats.shared_prefix_tokens``).
-By default (``batch_invariant=True``) a context's log-probs are bitwise the same whatever
-else shares its forward (:mod:`llamppl.lm.hf.batch_invariant`: linear layers on at least
-four rows, attention per query over its own keys, no prefix merge), so a job's result under
-:func:`~llamppl.distributed.run_many` does not depend on the jobs beside it;
-``batch_invariant=False`` is the per-row layout above, with the prefix merge.
 
 Architectures. :mod:`llamppl.lm.hf.arch` reads per-layer attention windows,
 logit transforms and K/V shapes from the config and a probe forward, and
@@ -56,7 +52,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -66,20 +62,10 @@ from ..base import check_contexts, validate_token_ids
 from ..hf_vocab import HFTokenizerLM
 from ..trie import TokenTrie, TrieNode
 from .arch import Architecture, inspect_architecture
-from .batch_invariant import QueryPoolLayer, QueryState, per_query
-from .batch_plan import (
-    Request,
-    count_new_tokens,
-    gemm_rows,
-    group_paths,
-    pack_rows,
-    pad_rows,
-    plan_queries,
-    plan_rows,
-    shared_prefix,
-)
+from .batch_plan import Request, RowCalls, count_new_tokens, group_paths
 from .exactness import rounding_tolerance, verify_exact
-from .kv_pool import PoolCache
+from .fast_linear import linear_rows
+from .lm_head import head_logprobs
 from .load import (
     check_device,
     check_dtype,
@@ -88,8 +74,10 @@ from .load import (
     load_pretrained,
     place_model,
 )
-from .prefix_attention import PrefixState, pool_layers, prefix_eligible, sharing_prefix
-from .tree_mask import layer_masks, tree_mask
+from .model_call import ModelCall
+from .per_query_forward import run_per_query
+from .per_row_forward import run_per_row
+from .prefix_attention import prefix_eligible
 from .trie_cache import CacheStats, TrieCache
 
 __all__ = ["CacheStats", "CachedCausalLM", "rounding_tolerance"]
@@ -185,6 +173,21 @@ class CachedCausalLM(HFTokenizerLM):
         )
         self._pool = self._cache.pool
         self.stats: CacheStats = CacheStats()
+        self._rows = linear_rows(hf_model)
+        # key blocks (block_attention): sdpa, no sliding windows, on the CPU's flash kernel
+        self._blocks = self._prefix_eligible and all(
+            d.type == "cpu" for d in self._arch.layer_devices
+        )
+        self._call = ModelCall(
+            self._base,
+            config,
+            self._arch,
+            self._pool,
+            self._device,
+            self._dtype,
+            self._additive_mask,
+            self.stats,
+        )
         if verify:
             self.verify_exact()
 
@@ -309,6 +312,13 @@ class CachedCausalLM(HFTokenizerLM):
         self._batch_invariant = bool(value)
 
     @property
+    def row_calls(self) -> RowCalls:
+        """How the batch-invariant layout feeds the matrix products their rows
+        (:func:`~llamppl.lm.hf.fast_linear.linear_rows`): ``PaddedCalls`` (one call, rows a
+        multiple of 6) for FBGEMM's float16 weights, ``FixedCalls`` (calls of 48 rows) else."""
+        return self._rows
+
+    @property
     def max_positions(self) -> int | None:
         """The model's ``max_position_embeddings`` (longest context), if it has one."""
         return self._max_positions
@@ -408,15 +418,10 @@ class CachedCausalLM(HFTokenizerLM):
 
     def _logprobs_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """Normalised float32 log-probs ``(n, V)`` from final hidden states ``(n, D)``
-        (batch-invariant: the head runs on at least :func:`gemm_rows` rows)."""
-        n = hidden.shape[0]
-        if self._batch_invariant and gemm_rows(n) > n:
-            hidden = torch.cat([hidden, hidden.new_zeros(gemm_rows(n) - n, hidden.shape[1])])
-        logits = self._head(hidden.to(self._head.weight.device)).float()  # (n, V)
-        logits = self._arch.transform_logits(logits)
-        return torch.log_softmax(logits[:n], dim=-1).to(self._device)
+        (:func:`~llamppl.lm.hf.lm_head.head_logprobs`; batch-invariant: on :attr:`row_calls`)."""
+        rows = self._rows if self._batch_invariant else None
+        return head_logprobs(self._head, self._arch, hidden, self._device, rows)
 
-    # ------------------------------------------------------------------ the forward
     def _forward(self, requests: list[Request]) -> list[tuple[int, TrieNode, torch.Tensor]]:
         """Insert the requests' new tokens, run them in one forward, store K/V and hidden states.
 
@@ -431,102 +436,22 @@ class CachedCausalLM(HFTokenizerLM):
         return [(r.index, path[-1], path[-1].hidden) for r, path in zip(requests, paths)]
 
     def _run_groups(self, groups: list[list[TrieNode]], bases: list[TrieNode]) -> None:
-        """One batched forward, a row per group (:func:`~llamppl.lm.hf.batch_plan.plan_rows`);
-        fills the groups' K/V slots and ``node.hidden``. All index data goes to the
-        device in ONE upload (:meth:`_upload`)."""
+        """One batched forward of the groups in the current layout; fills their K/V slots and
+        ``node.hidden``. A layout that finds the model unfit for it turns itself off for good
+        and the forward is rerun."""
         if self._batch_invariant:
-            return self._run_per_query(groups, bases)
-        pool, dev = self._pool, self._device
-        pool.ensure(max(node.slot for g in groups for node in g))
-        S, slots, start = shared_prefix(bases) if self._share_prefix else (0, [], None)
-        plan = plan_rows(groups, bases, pool.scratch, shared=S)
-        B, T, P = plan.B, plan.T, plan.P
-        ids_t, pos_t, t_t, p_t, src_t, dst_t, read_t, anc_t, pre_t = self._upload(
-            *plan.index_lists(), slots if start is None else []
-        )
-        ids_t, pos_t = ids_t.view(B, T), pos_t.view(B, T)
-        mask = tree_mask(T, P, t_t, p_t, plan.trees, anc_t)  # (B, T, P+T)
-        attention_mask = layer_masks(
-            mask, pos_t, p_t, P, self._arch, self._additive_mask, self._dtype
-        )
-        state = PrefixState() if S else None
-        at = (start, S) if start is not None else pre_t  # the prefix: a view, or one gather
-        layers = pool_layers(pool, dev, (src_t, dst_t, read_t), P + T, P, state, at)
-        with sharing_prefix(self._config, state):
-            out = self._run_base(ids_t, attention_mask, pos_t, layers)
-        if state is not None and (state.consumed != pool.n_layers or state.missed):
-            self._share_prefix = False  # some layer bypasses the attention interface: rerun per row
-            return self._run_groups(groups, bases)
-        self.stats.shared_prefix_tokens += B * S
-        keep_hidden(out.last_hidden_state, src_t, (node for g in groups for node in g))
-
-    def _run_per_query(self, groups: list[list[TrieNode]], bases: list[TrieNode]) -> None:
-        """:meth:`_run_groups` batch-invariantly (:mod:`llamppl.lm.hf.batch_invariant`): the groups
-        packed into rows (:func:`~llamppl.lm.hf.batch_plan.pack_rows`), padded to :func:`gemm_rows`
-        tokens for the linear layers, attention per query over its own keys."""
-        pool, dev = self._pool, self._device
-        pool.ensure(max(node.slot for g in groups for node in g))
-        plan = pad_rows(pack_rows(groups), pool.scratch)
-        nodes = [node for g in groups for node in g]
-        queries = plan_queries(nodes, plan.src, pool.scratch)
-        B, T, P = plan.B, plan.T, plan.P
-        ids_t, pos_t, t_t, p_t, src_t, dst_t, _, anc_t, q_t, n_t, slots_t = self._upload(
-            *plan.index_lists()[:6], [], plan.ancestry, *queries.index_lists()
-        )
-        ids_t, pos_t = ids_t.view(B, T), pos_t.view(B, T)
-        mask = tree_mask(T, P, t_t, p_t, plan.trees, anc_t)  # (B, T, P+T): for a bypassing layer
-        attention_mask = layer_masks(
-            mask, pos_t, p_t, P, self._arch, self._additive_mask, self._dtype
-        )
-        state = QueryState(
-            pool, queries.buckets, q_t, n_t, slots_t, self._arch.windows, self._additive_mask
-        )
-        index = {dev: (src_t, dst_t)}
-        layers = []
-        for layer, d in enumerate(pool.layer_devices):
-            if d not in index:  # a model split across devices: indices per device
-                index[d] = (src_t.to(d), dst_t.to(d))
-            layers.append(QueryPoolLayer(pool, layer, *index[d], T, state, P))
-        with per_query(self._config, state):
-            out = self._run_base(ids_t, attention_mask, pos_t, layers)
-        if state.consumed != pool.n_layers or state.missed:
+            status = run_per_query(self._call, groups, self._rows, self._blocks)
+            if status == "whole":
+                self._blocks = False  # attention keywords that change the scores: whole contexts
+                status = run_per_query(self._call, groups, self._rows, False)
+            if status == "ok":
+                return
             warnings.warn(
                 f"batch_invariant=True needs every attention layer of {self._arch.name} to "
                 "call transformers' attention interface; serving batches per row instead",
-                stacklevel=2,
+                stacklevel=3,
             )
             self._batch_invariant = False  # rerun the per-row way (it rewrites the same slots)
-            return self._run_groups(groups, bases)
-        keep_hidden(out.last_hidden_state, src_t, nodes)
-
-    def _run_base(
-        self,
-        ids_t: torch.Tensor,
-        attention_mask: Any,
-        pos_t: torch.Tensor,
-        layers: list,
-    ) -> Any:
-        """The base model's forward over the rows, its K/V read and written through ``layers``."""
-        return self._base(
-            input_ids=ids_t,
-            attention_mask=attention_mask,
-            position_ids=pos_t,
-            use_cache=True,
-            **{self._arch.cache_keyword: PoolCache(layers)},
-        )
-
-    def _upload(self, *parts: list[int]) -> list[torch.Tensor]:
-        """Send integer lists to the device in one host-to-device copy; views of it, one per list."""
-        flat = [x for part in parts for x in part]
-        self.stats.uploads += 1
-        data = torch.tensor(flat, dtype=torch.long).to(self._device, non_blocking=True)
-        return list(torch.split(data, [len(part) for part in parts]))
-
-
-def keep_hidden(hidden: torch.Tensor, src_t: torch.Tensor, nodes: Iterable[TrieNode]) -> None:
-    """Keep each new node's final hidden state on it: row ``src_t[k]`` of ``hidden``
-    ``(B, T, D)`` flattened is node ``k``'s (what :meth:`CachedCausalLM.next_token_hidden`
-    reads and the LM head turns into log-probs)."""
-    flat = hidden.reshape(-1, hidden.shape[-1]).index_select(0, src_t.to(hidden.device))
-    for node, h in zip(nodes, flat):
-        node.hidden = h
+        if not run_per_row(self._call, groups, bases, self._share_prefix):
+            self._share_prefix = False  # some layer bypasses the attention interface
+            run_per_row(self._call, groups, bases, False)

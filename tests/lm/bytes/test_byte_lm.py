@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from byte_programs import ambiguous_lm, brute_prefix_logprob, brute_string_probs
+from byte_programs import ambiguous_lm, brute_prefix_logprob, brute_string_probs, special_token_lm
 
 from llamppl import ByteLM, LMContext, Model, run
 from llamppl.inference import enumerate_exact
@@ -34,8 +34,13 @@ def test_exact_prefix_logprob_equals_brute_force_sum_over_tokenizations():
     assert byte_lm.stats.extensions > 0
 
 
-def test_next_byte_chain_is_the_prefix_probability_and_the_end_is_exact():
-    lm = ambiguous_lm()
+@pytest.mark.parametrize("make_lm", [ambiguous_lm, special_token_lm])
+def test_next_byte_chain_is_the_prefix_probability_and_the_end_is_exact(make_lm):
+    """Also with a byteless special token of varying mass: the chain of next-byte probabilities,
+    ``prefix_logprob`` and the brute-force sum are one distribution, the token LM renormalised
+    over the tokens with bytes at every boundary (dropping its mass only in the next-byte
+    normalisation made them differ)."""
+    lm = make_lm()
     byte_lm = ByteLM(lm, beam=None)
     strings = brute_string_probs(lm, 3)
 
@@ -45,6 +50,7 @@ def test_next_byte_chain_is_the_prefix_probability_and_the_end_is_exact():
             for i in range(len(s)):
                 chain += float((await byte_lm.next_byte_logprobs(s[:i].encode()))[ord(s[i])])
             assert chain == pytest.approx(brute_prefix_logprob(lm, s), abs=1e-9), s
+            assert chain == pytest.approx(await byte_lm.prefix_logprob(s.encode()), abs=1e-9), s
             # P(text = s exactly) = P(s) P(end | s)
             end = float((await byte_lm.next_byte_logprobs(s.encode()))[256])
             assert chain + end == pytest.approx(math.log(strings[s]), abs=1e-9), s
