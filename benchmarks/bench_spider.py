@@ -39,6 +39,7 @@ method: ``db_id``, ``question``, ``method``, ``pred``, ``runs``, ``correct``, ``
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -54,6 +55,7 @@ from spider_eval import (
     Question,
     choose,
     database_path,
+    example_pools,
     execute,
     execution_match,
     load_questions,
@@ -62,6 +64,8 @@ from spider_eval import (
 METHODS = ("plain", "lcd", "lcd-exec", "smc-grammar", "smc-exec", "smc", "smc-sqlrank", "smc-move")
 DEFAULT_METHODS = ("plain", "lcd", "smc-grammar", "smc-exec", "smc")
 MAX_TOKENS = 64
+SHOTS = 4
+TEMPERATURE = 1.0
 
 
 def extract_sql(text: str) -> str:
@@ -85,7 +89,39 @@ async def _particle_run(model: Any, n: int, seed: int, move: int = 0) -> Any:
     return await smc_standard(model, n, 0.5, seed=seed, progress=False, **rejuvenate)
 
 
-async def answer(lm: Any, method: str, q: Question, data: Path, n: int, *, seed: int) -> dict:
+_POOLS: dict[Path, dict[str, list]] = {}
+
+
+def shots(q: Question, data: Path, examples: Path | None, k: int) -> list:
+    """The ``k`` worked examples for ``q``: the questions of the other databases of
+    ``examples`` (default ``data``) most like it (:func:`llamppl.models.sql_examples.nearest_examples`)."""
+    from llamppl.decoding.sql.database import open_database
+    from llamppl.models.sql_examples import nearest_examples
+
+    if k == 0:
+        return []
+    folder = Path(examples or data)
+    if folder not in _POOLS:
+        _POOLS[folder] = example_pools(folder)
+    pool = [e for db, exs in _POOLS[folder].items() if db != q.db_id for e in exs]
+    schema = open_database(database_path(data, q.db_id)).schema
+    return nearest_examples(q.question, pool, k, schema=schema)
+
+
+async def answer(
+    lm: Any,
+    method: str,
+    q: Question,
+    data: Path,
+    n: int,
+    *,
+    seed: int,
+    examples: Path | None = None,
+    k: int = 0,
+    temperature: float = 1.0,
+    max_tokens: int = MAX_TOKENS,
+    cues: float | None = None,
+) -> dict:
     """One method's answer to one question: the record without its grade."""
     from llamppl.constraints import sql
     from llamppl.models import HardConstraint, TextToSQL, text_to_sql_async
@@ -93,8 +129,16 @@ async def answer(lm: Any, method: str, q: Question, data: Path, n: int, *, seed:
 
     path = database_path(data, q.db_id)
     extra: dict[str, Any] = {}
+    chosen = shots(q, data, examples, k)
+    prompt_options: dict[str, Any] = {"examples": chosen} if k else {}
     if method in ("smc", "smc-sqlrank", "smc-move", "smc-exec"):
-        options: dict[str, Any] = {"max_tokens": MAX_TOKENS}
+        options: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            **prompt_options,
+        }
+        if cues is not None:
+            options["cues"] = cues
         if method == "smc-exec":
             options["db"] = sql(path)
             options["rank"] = "sql"
@@ -109,6 +153,7 @@ async def answer(lm: Any, method: str, q: Question, data: Path, n: int, *, seed:
         out = await text_to_sql_async(lm, q.question, db, n, seed, **options)
         pred = out.best.sql if out.best else ""
         result = out.result
+        extra["relaxed"] = out.relaxed
         extra["answers"] = [
             {
                 "sql": a.sql,
@@ -123,18 +168,18 @@ async def answer(lm: Any, method: str, q: Question, data: Path, n: int, *, seed:
         particles = n
     else:
         c = sql(path)
-        probe = TextToSQL(lm, q.question, c, max_tokens=MAX_TOKENS)  # the shared prompt
+        probe = TextToSQL(lm, q.question, c, max_tokens=max_tokens, **prompt_options)
         prompt = probe.context.tokens
         if method == "plain":
             model = HardConstraint(
-                lm, prompt, lambda t: True, "sample", MAX_TOKENS, truncated="keep"
+                lm, prompt, lambda t: True, "sample", max_tokens, truncated="keep"
             )
         elif method == "lcd":
-            model = HardConstraint(lm, prompt, c.grammar, max_tokens=MAX_TOKENS)
+            model = HardConstraint(lm, prompt, c.grammar, max_tokens=max_tokens)
         elif method == "lcd-exec":
-            model = TextToSQL(lm, q.question, path, max_tokens=MAX_TOKENS)
+            model = TextToSQL(lm, q.question, path, max_tokens=max_tokens, **prompt_options)
         else:  # smc-grammar
-            model = HardConstraint(lm, prompt, c.grammar, max_tokens=MAX_TOKENS)
+            model = HardConstraint(lm, prompt, c.grammar, max_tokens=max_tokens)
         particles = n if method == "smc-grammar" else 1
         result = await _particle_run(model, particles, seed)
         if method == "plain":
@@ -163,6 +208,7 @@ async def answer(lm: Any, method: str, q: Question, data: Path, n: int, *, seed:
         "log_ml": result.log_ml if result.log_ml > -math.inf else None,
         "tokens": sum(len(p.context.generated) for p in result.particles),
         "failures": failures,
+        "shots": [e.question for e in chosen],
         **extra,
     }
 
@@ -248,6 +294,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=nonnegative_int, default=0)
     ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(DEFAULT_METHODS))
     ap.add_argument("--particles", type=positive_int, default=8)
+    ap.add_argument(
+        "--shots",
+        type=nonnegative_int,
+        default=SHOTS,
+        help="worked examples per question from other databases (0: the built-in examples)",
+    )
+    ap.add_argument(
+        "--max-tokens", type=positive_int, default=MAX_TOKENS, help="tokens of a query at most"
+    )
+    ap.add_argument(
+        "--cues",
+        type=float,
+        default=None,
+        help="text_to_sql's cue weight λ (default: the program's); 0 turns the cues off",
+    )
+    ap.add_argument(
+        "--temperature",
+        type=float,
+        default=TEMPERATURE,
+        help="the smc methods' LM temperature (text_to_sql's temperature)",
+    )
+    ap.add_argument(
+        "--examples",
+        type=Path,
+        default=None,
+        help="a Spider-format folder whose other databases' questions are the examples "
+        "(default: --data itself)",
+    )
     ap.add_argument("--dbs", nargs="+", default=None, help="only these databases")
     ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument(
@@ -291,7 +365,21 @@ def main(argv: list[str] | None = None) -> int:
 
         profiler = cProfile.Profile()
     for method in args.methods:
-        problems = [(answer, (method, q, args.data, args.particles), args.seed) for q in chosen]
+        problems = [
+            (
+                functools.partial(
+                    answer,
+                    examples=args.examples,
+                    k=args.shots,
+                    temperature=args.temperature,
+                    max_tokens=args.max_tokens,
+                    cues=args.cues,
+                ),
+                (method, q, args.data, args.particles),
+                args.seed,
+            )
+            for q in chosen
+        ]
         n = args.particles if method.startswith("smc") else 1
         k = concurrency(args.concurrency, n, len(problems))
         start = time.process_time()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import sqlite3
 import time
 from collections import Counter
@@ -134,3 +135,54 @@ def execution_match(pred_rows: list[tuple] | None, gold_rows: list[tuple], gold_
     if _top_level_order_by(gold_query):
         return pred == gold
     return Counter(pred) == Counter(gold)
+
+
+_KEYWORDS = frozenset(
+    "select from where group by having order limit join on as and or not in like between "
+    "distinct count avg min max sum union intersect except desc asc is null".split()
+)
+_SQL_PIECE = re.compile(r"'[^']*'|\"[^\"]*\"|[A-Za-z_][A-Za-z0-9_]*|\s+|.")
+
+
+def tidy_sql(query: str) -> str:
+    """A gold query in one plain style for a prompt: keywords upper case, string literals in
+    single quotes, one space between words, no space inside parentheses or before commas."""
+    out = []
+    for piece in _SQL_PIECE.findall(query.strip().rstrip(";").strip()):
+        if piece.isspace():
+            out.append(" ")
+        elif piece.startswith('"'):
+            out.append("'" + piece[1:-1].replace("'", "''") + "'")
+        elif piece.lower() in _KEYWORDS:
+            out.append(
+                piece.upper()
+                if piece.lower() not in ("count", "avg", "min", "max", "sum")
+                else piece.lower()
+            )
+        else:
+            out.append(piece)
+    text = re.sub(r" +", " ", "".join(out))
+    text = re.sub(r"\( ", "(", text)
+    text = re.sub(r" \)", ")", text)
+    text = re.sub(r" ,", ",", text)
+    return text + ";"
+
+
+def example_pools(data: Path) -> dict[str, list[Any]]:
+    """Worked examples from every question of a Spider-format folder, by database: each an
+    :class:`~llamppl.models.sql_prompt.SQLExample` with its gold query (:func:`tidy_sql`) and
+    the ``CREATE TABLE`` text of the tables the query reads."""
+    from llamppl.decoding.sql.database import open_database
+    from llamppl.models.sql_prompt import SQLExample
+
+    pools: dict[str, list[Any]] = {}
+    schemas: dict[str, Any] = {}
+    for q in load_questions(data):
+        if q.db_id not in schemas:
+            schemas[q.db_id] = open_database(database_path(data, q.db_id)).schema
+        schema = schemas[q.db_id]
+        words = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", q.query)}
+        used = tuple(t.name for t in schema.tables if t.name.lower() in words)
+        text = schema.restrict(used or None).create_table_text()
+        pools.setdefault(q.db_id, []).append(SQLExample(q.question, tidy_sql(q.query), text))
+    return pools

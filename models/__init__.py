@@ -23,9 +23,9 @@ from .mh_power import mh_power_sampling
 from .power_sampling import PowerSampling, low_temperature_decode, power_smc
 from .prompt_intersection import PromptIntersection
 from .specs import beam_search, specs
+from .speculative import SpeculativeDecoding, SpeculativeResult, speculative_smc
 from .sql import SQLAnswer, SQLResult, TextToSQL, text_to_sql, text_to_sql_async
 from .sql_prompt import SQLExample
-from .speculative import SpeculativeDecoding, SpeculativeResult, speculative_smc
 from .structured import StructuredResult, generate_json, generate_json_async
 
 __all__ = [

@@ -38,17 +38,19 @@ import math
 import os
 import sqlite3
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from llamppl.decoding.sql.constraint import SQL, sql
 from llamppl.decoding.sql.lexer import canonical_sql, has_order_by
 from llamppl.lm.base import LanguageModel
+from llamppl.rng import make_rng
 from llamppl.runner import run
 from llamppl.validation import check_positive_int
 
 from .hard_constraints import HardConstraint
+from .sql_cues import cue_penalty
 from .sql_linking import link_tables
 from .sql_prompt import EXAMPLES, SYSTEM_MESSAGE, SQLExample, sql_messages
 
@@ -56,6 +58,8 @@ __all__ = ["RANKS", "SQLAnswer", "SQLResult", "TextToSQL", "text_to_sql", "text_
 
 RANKS = ("rows", "sql")
 DEFAULT_MAX_TOKENS = 64
+#: The weight λ of the question cues (:mod:`~llamppl.models.sql_cues`), in nats per feature.
+DEFAULT_CUES = 2.0
 
 
 def program_constraint(
@@ -150,8 +154,11 @@ class TextToSQL(HardConstraint):
         system: str = SYSTEM_MESSAGE,
         max_tokens: int | None = DEFAULT_MAX_TOKENS,
         temperature: float = 1.0,
+        cues: float = DEFAULT_CUES,
         **options: Any,
     ) -> None:
+        if isinstance(cues, bool) or not isinstance(cues, (int, float)) or not cues >= 0:
+            raise ValueError(f"cues must be a number >= 0 (the weight λ; 0: off), got {cues!r}")
         constraint = program_constraint(
             db, question, tables=tables, allow_empty=allow_empty, values=values, literals=literals
         )
@@ -162,6 +169,24 @@ class TextToSQL(HardConstraint):
         super().__init__(lm, prompt, constraint, max_tokens=max_tokens, **options)
         self.context.temp = float(temperature)
         self.question = question
+        self.cues = float(cues)
+        self.cue_level = 0
+
+    async def step(self) -> None:
+        """One token (:class:`HardConstraint`), then the question cues' potential brought up to
+        date: ``−λ`` per feature of the text the question does not motivate, and, once the
+        query has ended, per feature it asks for that the query lacks
+        (:mod:`~llamppl.models.sql_cues`; the increments sum to ``log φ`` of the final text)."""
+        await super().step()
+        if self.cues and self.failure is None:
+            level = cue_penalty(self.question, self.text, finished=self.ending is not None)
+            if level != self.cue_level:
+                self.score(-self.cues * (level - self.cue_level))
+                self.cue_level = level
+
+    def log_potential(self, text: str) -> float:
+        """log φ of a finished query (the cues' potential; 0 when ``cues=0``)."""
+        return -self.cues * cue_penalty(self.question, text) if self.cues else 0.0
 
 
 @dataclass(frozen=True)
@@ -176,9 +201,9 @@ class SQLAnswer:
         log p(y | x) of that spelling under the LM at temperature 1 (end token included):
         the log of its posterior probability up to the constant Z.
     mass : float
-        Its share of the posterior probability of every query found: Σ p(y | x) over its
-        spellings, divided by the same sum over all of them (exact ratios of the target's
-        probabilities, not estimates).
+        Its share of the posterior probability of every query found: Σ p(y | x) φ(y) over its
+        spellings (φ the question cues' potential), divided by the same sum over all of them
+        (exact ratios of the target's probabilities, not estimates).
     rows_mass : float
         The same share for every query found with the same result (``rank="rows"``'s key).
     weight : float
@@ -215,12 +240,22 @@ class SQLResult:
         The run (particles, weights, history, stats).
     failures : dict[str, int]
         Why particles of the final population failed, with counts.
+    relaxed : bool
+        Whether these answers come from the fallback run (``fallback=True``, when no particle
+        of the program's own run passed): the same program over every table of the database
+        (the prompt shows them all) with the grammar and the run check only (any literal,
+        empty results allowed, no question cues) and twice the tokens. Its target is that looser one; ``log_ml``
+        estimates the probability of passing *it*.
+    strict : SQLResult | None
+        The run that found nothing, when ``relaxed``.
     """
 
     answers: list[SQLAnswer]
     log_ml: float
     result: Any
     failures: dict[str, int] = field(default_factory=dict)
+    relaxed: bool = False
+    strict: SQLResult | None = None
 
     @property
     def best(self) -> SQLAnswer | None:
@@ -278,20 +313,27 @@ async def found_texts(result: Any) -> list[Found]:
     return out
 
 
-def rank_answers(constraint: SQL, found: Sequence[Found], rank: str = "rows") -> list[SQLAnswer]:
+def rank_answers(
+    constraint: SQL,
+    found: Sequence[Found],
+    rank: str = "rows",
+    log_potential: Callable[[str], float] | None = None,
+) -> list[SQLAnswer]:
     """The distinct queries among ``found`` (texts with the same canonical SQL merged), run once
     each and ranked by ``rank``: ``"rows"``, the posterior probability of their result (every
     query found with the same rows together), then their own; ``"sql"``, their own. The
-    probabilities are exact ratios, Σ p(y | x) over the spellings found."""
+    probabilities are exact ratios, Σ p(y | x) φ(y) over the spellings found, with
+    ``log_potential`` the program's log φ (None: φ = 1)."""
     if rank not in RANKS:
         raise ValueError(f"rank must be one of {RANKS}, got {rank!r}")
     if not found:
         return []
-    top = max(f.log_prob for f in found)
+    score = {f.text: f.log_prob + (log_potential(f.text) if log_potential else 0.0) for f in found}
+    top = max(score.values())
     merged: dict[str, list] = {}
-    for f in sorted(found, key=lambda f: -f.log_prob):
+    for f in sorted(found, key=lambda f: -score[f.text]):
         entry = merged.setdefault(canonical_sql(f.text), [f.text, f.log_prob, 0.0, 0.0, []])
-        entry[2] += math.exp(f.log_prob - top)
+        entry[2] += math.exp(score[f.text] - top)
         entry[3] += f.weight
         entry[4].append(f.text)
     total = sum(e[2] for e in merged.values())
@@ -331,20 +373,51 @@ async def text_to_sql_async(
     ess_threshold: float = 0.5,
     resampling: str = "systematic",
     move: Any = None,
+    fallback: bool = True,
     **options: Any,
 ) -> SQLResult:
     """:func:`text_to_sql` as a coroutine (questions awaited together share the LM's forwards)."""
-    from llamppl.inference import smc_standard
-
     n = check_positive_int("n_particles", n_particles)
     if rank not in RANKS:
         raise ValueError(f"rank must be one of {RANKS}, got {rank!r}")
+    if not isinstance(fallback, bool):
+        raise TypeError(f"fallback must be a bool, got {type(fallback).__name__}")
+    rng = make_rng(seed)
     model = TextToSQL(lm, question, db, **options)
+    out = await _solve(model, n, rng, rank, ess_threshold, resampling, move)
+    if out.answers or not fallback:
+        return out
+    relaxed = dict(options, tables=None, literals=None, cues=0.0)
+    relaxed.pop("allow_empty", None)
+    relaxed.pop("values", None)
+    db = model.constraint.relaxed()
+    budget = options.get("max_tokens", DEFAULT_MAX_TOKENS)
+    relaxed["max_tokens"] = None if budget is None else 2 * budget
+    loose = TextToSQL(lm, question, db, **relaxed)
+    second = await _solve(loose, n, rng, rank, ess_threshold, resampling, move)
+    second.relaxed = True
+    second.strict = out
+    return second
+
+
+async def _solve(
+    model: TextToSQL,
+    n: int,
+    rng: Any,
+    rank: str,
+    ess_threshold: float,
+    resampling: str,
+    move: Any,
+) -> SQLResult:
+    """One SMC run of ``model`` and its ranked answers."""
+    from llamppl.inference import smc_standard
+
     result = await smc_standard(
-        model, n, ess_threshold, resampling=resampling, seed=seed, move=move, progress=False
+        model, n, ess_threshold, resampling=resampling, seed=rng, move=move, progress=False
     )
     failures = dict(Counter(p.failure for p in result.particles if p.failure is not None))
-    answers = rank_answers(model.constraint, await found_texts(result), rank)
+    found = await found_texts(result)
+    answers = rank_answers(model.constraint, found, rank, model.log_potential)
     return SQLResult(answers, result.log_ml, result, failures)
 
 
@@ -370,9 +443,12 @@ def text_to_sql(
     seed : int | numpy.random.Generator | None
         Fixes the run.
     **options
-        ``rank`` (``"rows"`` or ``"sql"``), ``ess_threshold`` (0.5), ``resampling``,
+        ``rank`` (``"rows"`` or ``"sql"``), ``fallback`` (True: when no particle passes, run
+        again under the loosest constraint, :attr:`SQLResult.relaxed`), ``ess_threshold``
+        (0.5), ``resampling``,
         ``move`` (a :class:`~llamppl.inference.ResampleMove`), and :class:`TextToSQL`'s
-        options (``examples``, ``tables``, ``allow_empty``, ``values``, ``max_tokens``, ...).
+        options (``examples``, ``tables``, ``allow_empty``, ``values``, ``literals``,
+        ``cues``, ``max_tokens``, ``temperature``, ...).
 
     Returns
     -------

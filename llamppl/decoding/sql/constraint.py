@@ -132,6 +132,16 @@ class SQL(AllOf):
         )
         return SQL(self.database, schema, check, self.multiline)
 
+    def relaxed(self) -> SQL:
+        """The loosest constraint of the same database: every table, any literal, empty
+        results allowed, no value check (the grammar and the run check alone). Shares this
+        constraint's connection."""
+        schema = self.database.schema
+        old = self.check
+        executor = Executor(self.database, old.executor.timeout, old.executor.max_rows, None)
+        check = QueryCheck(executor, schema, allow_empty=True, values=False, literals=None)
+        return SQL(self.database, schema, check, self.multiline)
+
     def schema_text(self) -> str:
         """The allowed tables as ``CREATE TABLE`` statements (for a prompt)."""
         return self.schema.create_table_text()
