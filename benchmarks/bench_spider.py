@@ -121,6 +121,7 @@ async def answer(
     temperature: float = 1.0,
     max_tokens: int = MAX_TOKENS,
     cues: float | None = None,
+    ess: float | None = None,
 ) -> dict:
     """One method's answer to one question: the record without its grade."""
     from llamppl.constraints import sql
@@ -139,6 +140,8 @@ async def answer(
         }
         if cues is not None:
             options["cues"] = cues
+        if ess is not None:
+            options["ess_threshold"] = ess
         if method == "smc-exec":
             options["db"] = sql(path)
             options["rank"] = "sql"
@@ -310,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
         help="text_to_sql's cue weight λ (default: the program's); 0 turns the cues off",
     )
     ap.add_argument(
+        "--ess",
+        type=float,
+        default=None,
+        help="text_to_sql's ess_threshold (default: the program's); 0: never resample",
+    )
+    ap.add_argument(
         "--temperature",
         type=float,
         default=TEMPERATURE,
@@ -374,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
                     temperature=args.temperature,
                     max_tokens=args.max_tokens,
                     cues=args.cues,
+                    ess=args.ess,
                 ),
                 (method, q, args.data, args.particles),
                 args.seed,

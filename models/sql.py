@@ -34,6 +34,7 @@ probable query comes first; ``rank="sql"`` ranks by each query's own mass::
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 import sqlite3
@@ -42,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamppl.decoding.constraints.twists import twist_level
 from llamppl.decoding.sql.constraint import SQL, sql
 from llamppl.decoding.sql.lexer import canonical_sql, has_order_by
 from llamppl.lm.base import LanguageModel
@@ -50,7 +52,7 @@ from llamppl.runner import run
 from llamppl.validation import check_positive_int
 
 from .hard_constraints import HardConstraint
-from .sql_cues import cue_penalty
+from .sql_cues import asked, cue_penalty, features
 from .sql_linking import link_tables
 from .sql_prompt import EXAMPLES, SYSTEM_MESSAGE, SQLExample, sql_messages
 
@@ -166,6 +168,8 @@ class TextToSQL(HardConstraint):
         prompt = list(lm.apply_chat_template(messages))
         if temperature != 1.0:
             options["fast_forward"] = False
+        if cues:
+            options["twist"] = functools.partial(_anticipated_cues, own=options.get("twist"))
         super().__init__(lm, prompt, constraint, max_tokens=max_tokens, **options)
         self.context.temp = float(temperature)
         self.question = question
@@ -176,7 +180,10 @@ class TextToSQL(HardConstraint):
         """One token (:class:`HardConstraint`), then the question cues' potential brought up to
         date: ``−λ`` per feature of the text the question does not motivate, and, once the
         query has ended, per feature it asks for that the query lacks
-        (:mod:`~llamppl.models.sql_cues`; the increments sum to ``log φ`` of the final text)."""
+        (:mod:`~llamppl.models.sql_cues`; the increments sum to ``log φ`` of the final text).
+        While the query runs, the features still missing are a twist (:func:`_anticipated_cues`),
+        undone when it ends, so a finished query is not outweighed by a live one only because
+        the live one has not yet been charged for what it lacks."""
         await super().step()
         if self.cues and self.failure is None:
             level = cue_penalty(self.question, self.text, finished=self.ending is not None)
@@ -187,6 +194,16 @@ class TextToSQL(HardConstraint):
     def log_potential(self, text: str) -> float:
         """log φ of a finished query (the cues' potential; 0 when ``cues=0``)."""
         return -self.cues * cue_penalty(self.question, text) if self.cues else 0.0
+
+
+async def _anticipated_cues(model: TextToSQL, own: Any = None) -> float:
+    """The twist of a live query: ``−λ`` per feature the question asks for that the text does
+    not have yet (what its potential would charge if it ended now), plus the program's own
+    ``twist`` when one was given."""
+    level = -model.cues * len(asked(model.question) - features(model.text))
+    if own is not None:
+        level += await twist_level(own, model)
+    return level
 
 
 @dataclass(frozen=True)

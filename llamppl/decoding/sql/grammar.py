@@ -21,7 +21,10 @@ functions (:data:`~llamppl.decoding.sql.execute.SAFE_FUNCTIONS`), numbers, ``'..
 
 Names are matched as SQLite matches them: ASCII case ignored, bare when the name is a plain
 identifier, and quoted as ``"name"``, `` `name` `` or ``[name]`` always. A column may be
-qualified (``t.c``, ``T1.c``) by a table name or an alias. Aliases are free identifiers,
+qualified (``t.c``, ``T1.c``) by a table name or an alias. A result column's alias needs
+``AS`` (``SELECT name AS n``; ``SELECT name n`` is not in the language: a small LM that
+copies ``Title TEXT`` from a ``CREATE TABLE`` would otherwise be writing an alias); a
+table's may leave it out (``FROM singer T1``). Aliases are free identifiers,
 except SQL's reserved words and words that begin with a clause keyword (``WHERE``, ``GROUP``,
 ``HAVING``, ``ORDER``, ``LIMIT``, ``UNION``, ``INTERSECT``, ``EXCEPT``: an alias ``Orders``
 is not in the language, so such a word after a table is always the clause keyword, which
@@ -69,7 +72,7 @@ start: _SP? query (_SP? ";")? _SP?
 query: select_core (_SP compound_op _SP select_core){0,3} (_SP order_by)? (_SP limit)?
 compound_op: "union"i (_SP "all"i)? | "intersect"i | "except"i
 select_core: "select"i (_SP ("distinct"i | "all"i))? _SP result_column (_SP? "," _SP? result_column){0,7} (_SP from_clause)? (_SP where_clause)? (_SP group_by)?
-result_column: "*" | qualifier "." "*" | expr (_SP ("as"i _SP)? alias)?
+result_column: "*" | qualifier "." "*" | expr (_SP "as"i _SP alias)?
 from_clause: "from"i _SP source join{0,5}
 join: _SP? "," _SP? source | _SP join_op _SP source (_SP join_constraint)?
 join_op: ("natural"i _SP)? (("left"i (_SP "outer"i)? | "inner"i | "cross"i) _SP)? "join"i
