@@ -10,7 +10,8 @@ agree with them, a potential on the finished text::
 
 with ``asked(q)`` the features the question's words ask for (``how many`` → a ``count(``,
 ``sorted``/``ascending`` → ``ORDER BY``, ``average`` → ``avg(``, ``each`` → ``GROUP BY``,
-``different`` → ``DISTINCT`` or ``GROUP BY``, ...; :data:`CUES`), ``has(y)`` the features the
+``different`` → ``DISTINCT``, ``youngest``/``most`` → ``LIMIT`` or ``max``/``min``,
+``descending`` → ``DESC``, ...; :data:`CUES`), ``has(y)`` the features the
 query has, and ``motivated(q)`` the features a word of the question could motivate at all
 (an aggregate, ``GROUP BY``, ``LIMIT``, a nested ``SELECT``, ``NOT``: features the LM adds
 on its own far more often than questions ask for them). The program's target is then::
@@ -52,6 +53,11 @@ _SUPERLATIVE = (
     r"oldest|youngest|newest|latest|earliest|best|worst|top|first|last|longest|shortest|"
     r"fewest|\w+est)\b"
 )
+#: Superlatives that ask for one extreme row or value (``ORDER BY ... LIMIT`` or ``max``/``min``).
+_EXTREME = (
+    r"\b(most|least|highest|lowest|largest|smallest|biggest|greatest|maximum|minimum|oldest|"
+    r"youngest|newest|earliest|latest|longest|shortest|fewest|heaviest|lightest|cheapest)\b"
+)
 _AMOUNT = r"\b(how many|number|count|total|sum|average|mean|avg)\b"
 
 #: The cues (module docstring): features, the words asking for them, the words allowing them.
@@ -81,8 +87,20 @@ CUES: tuple[Cue, ...] = (
         r"\b(each|per|every|different|distinct|unique|by|for all|more than|at least|fewer than|"
         r"less than)\b|" + _SUPERLATIVE + "|" + _AMOUNT,
     ),
-    Cue("distinct", r"\bdistinct\b", None, r"\b(different|distinct|unique|all|which|list|what)\b"),
+    Cue(
+        "distinct",
+        r"\bdistinct\b",
+        r"\b(different|distinct|unique)\b",
+        r"\b(different|distinct|unique|all|which|list|what)\b",
+    ),
     Cue("limit", r"\blimit\b", None, _SUPERLATIVE + r"|\b(one|single)\b"),
+    Cue("extreme", r"\blimit\b|\b(max|min)\s*\(", _EXTREME, None),
+    Cue(
+        "desc",
+        r"\bdesc\b",
+        r"\b(descending|decreasing)\b",
+        _SUPERLATIVE + r"|\b(descending|decreasing|reverse|high|large|big)\b",
+    ),
     Cue(
         "not",
         r"\bnot\b|!=|<>|\bexcept\b",

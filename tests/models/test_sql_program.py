@@ -164,7 +164,7 @@ def test_the_fallback_answers_when_no_particle_passes(lm, db):
 def test_cues_read_the_question_and_the_query():
     assert asked("How many singers are there?") == {"count"}
     assert "order" in asked("List the names sorted by age.")
-    assert features("SELECT max(age) FROM singer") == {"max/min"}
+    assert features("SELECT max(age) FROM singer") == {"max/min", "extreme"}
     assert "max/min" not in motivated("How many singers are there?")
     assert cue_penalty(QUESTION, "SELECT max(age) FROM singer") == 2  # count missing, max extra
     assert cue_penalty(QUESTION, "SELECT max(age) FROM singer", finished=False) == 1
