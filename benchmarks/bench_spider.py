@@ -2,11 +2,15 @@
 
 For ``--per-db K`` questions of each database of ``--data`` (a folder in the format of
 ``../shared/data/spider``; a seeded choice per database, :func:`spider_eval.choose`), every
-method answers from the same chat prompt (:class:`llamppl.models.TextToSQL`'s: the built-in
-worked examples over a library database of our own, the database's ``CREATE TABLE`` text, the
-question) and returns one query, ``pred``; the benchmark runs it itself on a read-only
-connection and grades it by execution accuracy (:func:`spider_eval.execution_match`: the gold
-query's rows, as a multiset, in order when the gold query has ``ORDER BY``). Methods:
+method answers from the same chat prompt (:class:`llamppl.models.TextToSQL`'s: ``--shots K``
+worked examples, the questions of the *other* databases of ``--examples`` (default: ``--data``
+itself) most like the question (:func:`llamppl.models.sql_examples.nearest_examples`), each
+with its gold query and the ``CREATE TABLE`` text of the tables it reads; then the linked
+tables of the question's own database and the question) and returns one query, ``pred``; the
+benchmark runs it itself on a read-only connection and grades it by execution accuracy
+(:func:`spider_eval.execution_match`: the gold query's rows, as a multiset, in order when the
+gold query has ``ORDER BY``). No example ever comes from the database asked about.
+Methods:
 
 - ``plain``: one sample from the LM, unconstrained (the query read out of the text: a
   fenced code block or the text from its first ``SELECT``);
@@ -17,11 +21,13 @@ query's rows, as a multiset, in order when the gold query has ``ORDER BY``). Met
 - ``smc-grammar``: ``smc_standard`` with ``--particles N`` over the grammar alone, the most
   probable query of the posterior;
 - ``smc-exec``: SMC over ``sql(db)`` with its default options (the grammar and the run
-  check: clauses that compile, a query that runs), ranked by each query's posterior mass;
+  check: clauses that compile, a query that runs; every table, any literal, no cues, no
+  fallback), ranked by each query's posterior mass;
 - ``smc`` (recommended): ``llamppl.models.text_to_sql`` as it ships: SMC over
   ``sql(db, allow_empty=False, values=True)`` (a result that is not empty, string literals
-  that occur in their column), queries ranked by the posterior mass of their result rows
-  (execution consistency);
+  that occur in their column) with literals from the question, the question cues' potential
+  (``--cues``) and the fallback run, queries ranked by the posterior mass of their result
+  rows (execution consistency);
 - ``smc-sqlrank``: ``smc`` ranked by each query's own mass instead;
 - ``smc-move``: ``smc`` with resample-move (``ResampleMove(k=2)``).
 
@@ -142,9 +148,9 @@ async def answer(
             options["cues"] = cues
         if ess is not None:
             options["ess_threshold"] = ess
-        if method == "smc-exec":
+        if method == "smc-exec":  # the grammar and the run check alone
             options["db"] = sql(path)
-            options["rank"] = "sql"
+            options.update(rank="sql", tables=None, literals=None, cues=0.0, fallback=False)
         else:
             options["db"] = path
             options["rank"] = "sql" if method == "smc-sqlrank" else "rows"

@@ -13,8 +13,8 @@ with ``asked(q)`` the features the question's words ask for (``how many`` → a 
 ``different`` → ``DISTINCT``, ``youngest``/``most`` → ``LIMIT`` or ``max``/``min``,
 ``descending`` → ``DESC``, ...; :data:`CUES`), ``has(y)`` the features the
 query has, and ``motivated(q)`` the features a word of the question could motivate at all
-(an aggregate, ``GROUP BY``, ``LIMIT``, a nested ``SELECT``, ``NOT``: features the LM adds
-on its own far more often than questions ask for them). The program's target is then::
+(an aggregate, ``GROUP BY``, ``LIMIT``, a nested ``SELECT``, ``NOT``, ``*``, four or more
+result columns: features the LM adds on its own far more often than questions ask for them). The program's target is then::
 
     P(y) ∝ p(y EOS | x) · 1_sql(y) · φ(y)
 
@@ -31,21 +31,52 @@ query features, fixed once for all databases (never tuned per database or questi
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["CUES", "Cue", "asked", "cue_penalty", "features", "motivated"]
+__all__ = ["CUES", "WIDE", "Cue", "asked", "cue_penalty", "features", "motivated", "wide"]
 
 
 @dataclass(frozen=True)
 class Cue:
-    """A feature of a query (``has``: a regular expression on the query, case ignored), the
-    question words that ask for it (``asks``), and the words that could motivate it at all
-    (``allows``; None: the feature is never penalised for being there)."""
+    """A feature of a query (``has``: a regular expression on the query, case ignored, or a
+    function of the query), the question words that ask for it (``asks``), and the words that
+    could motivate it at all (``allows``; None: the feature is never penalised for being
+    there)."""
 
     name: str
-    has: str
+    has: str | Callable[[str], bool]
     asks: str | None
     allows: str | None = None
+
+
+#: Result columns from which a result counts as wide (``SELECT a, b, c, d``).
+WIDE = 4
+
+
+def wide(query: str) -> bool:
+    """Whether the first ``SELECT`` lists at least :data:`WIDE` result columns (commas outside
+    parentheses and quotes, before a ``FROM``); true of a prefix as soon as it is of the text."""
+    depth, commas, quote, word = 0, 0, "", ""
+    for ch in query:
+        if quote:
+            quote = "" if ch == quote else quote
+            continue
+        if ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            commas += 1
+        if ch.isalnum() or ch == "_":
+            word += ch.lower()
+            continue
+        if word == "from" and depth == 0:
+            break
+        word = ""
+    return commas + 1 >= WIDE
 
 
 _SUPERLATIVE = (
@@ -114,6 +145,13 @@ CUES: tuple[Cue, ...] = (
         r"\b(not|without|never|no|than the|than any|than all|than average|average|who|whose|that|"
         r"which|those|except|excluding|both|either)\b|n't\b|" + _SUPERLATIVE,
     ),
+    Cue("wide", wide, None, r"\b(information|info|details|everything|attributes)\b"),
+    Cue(
+        "star",
+        r"\bselect\s+(distinct\s+)?(\w+\.)?\*|,\s*(\w+\.)?\*",
+        None,
+        r"\b(information|info|details|everything|attributes|all the data)\b",
+    ),
     Cue(
         "compare",
         r"[<>]",
@@ -124,7 +162,9 @@ CUES: tuple[Cue, ...] = (
 )
 
 
-def _search(pattern: str, text: str) -> bool:
+def _search(pattern: str | Callable[[str], bool], text: str) -> bool:
+    if callable(pattern):
+        return pattern(text)
     return re.search(pattern, text, re.IGNORECASE) is not None
 
 

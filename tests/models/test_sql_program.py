@@ -22,7 +22,7 @@ from llamppl.decoding.sql.lexer import has_order_by
 from llamppl.inference import enumerate_exact, smc_standard
 from llamppl.models import TextToSQL, text_to_sql
 from llamppl.models.sql import found_texts, rank_answers
-from llamppl.models.sql_cues import asked, cue_penalty, features, motivated
+from llamppl.models.sql_cues import asked, cue_penalty, features, motivated, wide
 from llamppl.models.sql_examples import masked_words, nearest_examples, similarity
 from llamppl.models.sql_prompt import SQLExample
 
@@ -169,6 +169,12 @@ def test_cues_read_the_question_and_the_query():
     assert cue_penalty(QUESTION, "SELECT max(age) FROM singer") == 2  # count missing, max extra
     assert cue_penalty(QUESTION, "SELECT max(age) FROM singer", finished=False) == 1
     assert cue_penalty(QUESTION, "SELECT count(*) FROM singer") == 0
+    assert wide("SELECT a, b, c, d FROM t") and not wide("SELECT a, max(b, c), d FROM t")
+    assert not wide("SELECT a FROM t WHERE x IN (1, 2, 3, 4)") and not wide("SELECT 'a,b,c,d'")
+    assert "star" in features("SELECT T1.* FROM t AS T1") and "star" not in features(
+        "SELECT count(*)"
+    )
+    assert cue_penalty("Show all the information about hiring.", "SELECT * FROM hiring") == 0
     with pytest.raises(TypeError, match="question"):
         cue_penalty(None, "SELECT 1")
 
