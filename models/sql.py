@@ -62,6 +62,8 @@ RANKS = ("rows", "sql")
 DEFAULT_MAX_TOKENS = 64
 #: The weight λ of the question cues (:mod:`~llamppl.models.sql_cues`), in nats per feature.
 DEFAULT_CUES = 2.0
+#: Runs of the fallback (each with fresh randomness) at most, when the program's run found nothing.
+DEFAULT_FALLBACK = 2
 
 
 def program_constraint(
@@ -258,11 +260,12 @@ class SQLResult:
     failures : dict[str, int]
         Why particles of the final population failed, with counts.
     relaxed : bool
-        Whether these answers come from the fallback run (``fallback=True``, when no particle
-        of the program's own run passed): the same program over every table of the database
+        Whether these answers come from the fallback (``fallback=k``: when no particle of the
+        program's own run passed, up to ``k`` runs, 2 by default, stopping at the first that
+        finds a query): the same program over every table of the database
         (the prompt shows them all) with the grammar and the run check only (any literal,
-        empty results allowed, no question cues) and twice the tokens. Its target is that looser one; ``log_ml``
-        estimates the probability of passing *it*.
+        empty results allowed; the question cues kept) and twice the tokens. Its target is
+        that looser one; ``log_ml`` estimates the probability of passing *it*.
     strict : SQLResult | None
         The run that found nothing, when ``relaxed``.
     """
@@ -390,28 +393,33 @@ async def text_to_sql_async(
     ess_threshold: float = 0.5,
     resampling: str = "systematic",
     move: Any = None,
-    fallback: bool = True,
+    fallback: int | bool = DEFAULT_FALLBACK,
     **options: Any,
 ) -> SQLResult:
     """:func:`text_to_sql` as a coroutine (questions awaited together share the LM's forwards)."""
     n = check_positive_int("n_particles", n_particles)
     if rank not in RANKS:
         raise ValueError(f"rank must be one of {RANKS}, got {rank!r}")
-    if not isinstance(fallback, bool):
-        raise TypeError(f"fallback must be a bool, got {type(fallback).__name__}")
+    if isinstance(fallback, bool):
+        fallback = DEFAULT_FALLBACK if fallback else 0
+    elif not isinstance(fallback, int) or fallback < 0:
+        raise ValueError(f"fallback must be a bool or an int >= 0 (runs at most), got {fallback!r}")
     rng = make_rng(seed)
     model = TextToSQL(lm, question, db, **options)
     out = await _solve(model, n, rng, rank, ess_threshold, resampling, move)
     if out.answers or not fallback:
         return out
-    relaxed = dict(options, tables=None, literals=None, cues=0.0)
+    relaxed = dict(options, tables=None, literals=None)
     relaxed.pop("allow_empty", None)
     relaxed.pop("values", None)
     db = model.constraint.relaxed()
     budget = options.get("max_tokens", DEFAULT_MAX_TOKENS)
     relaxed["max_tokens"] = None if budget is None else 2 * budget
     loose = TextToSQL(lm, question, db, **relaxed)
-    second = await _solve(loose, n, rng, rank, ess_threshold, resampling, move)
+    for _ in range(fallback):
+        second = await _solve(loose, n, rng, rank, ess_threshold, resampling, move)
+        if second.answers:
+            break
     second.relaxed = True
     second.strict = out
     return second
@@ -460,8 +468,8 @@ def text_to_sql(
     seed : int | numpy.random.Generator | None
         Fixes the run.
     **options
-        ``rank`` (``"rows"`` or ``"sql"``), ``fallback`` (True: when no particle passes, run
-        again under the loosest constraint, :attr:`SQLResult.relaxed`), ``ess_threshold``
+        ``rank`` (``"rows"`` or ``"sql"``), ``fallback`` (runs under the loosest constraint,
+        2 by default, when no particle passes: :attr:`SQLResult.relaxed`; 0 or False: none), ``ess_threshold``
         (0.5), ``resampling``,
         ``move`` (a :class:`~llamppl.inference.ResampleMove`), and :class:`TextToSQL`'s
         options (``examples``, ``tables``, ``allow_empty``, ``values``, ``literals``,
