@@ -10,6 +10,8 @@ Write a :class:`Model` subclass whose ``step`` uses ``sample`` / ``observe`` /
 """
 
 import warnings as _warnings
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 # transformers imports tqdm.auto, which in Jupyter without ipywidgets warns "IProgress not
 # found" and then uses the plain text bar anyway: import it first, without the warning
@@ -29,12 +31,15 @@ from .distributions import (
     Transformer,
     Uniform,
 )
-from .lm import VLLMLM, ByteLM, CachedCausalLM, FunctionLM, LanguageModel
+from .lm import VLLMLM, ByteLM, FunctionLM, LanguageModel
 from .modeling import Model
 from .rng import current_rng, using_rng
 from .runner import run
 from .submodel import SubModel, submodel
 from .token import Token
+
+if _TYPE_CHECKING:  # for type checkers and the docs; at run time see __getattr__
+    from .lm import CachedCausalLM
 
 __version__ = "0.1.0"
 
@@ -65,6 +70,24 @@ __all__ = [
     "sample_word",
     "sample_word_2",
 ]
+
+#: Imported on first use: the Hugging Face backend loads ``transformers`` (seconds), which
+#: programs on a FunctionLM or a VLLMLM never need.
+_LAZY_NAMES = ("CachedCausalLM",)
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _LAZY_NAMES:
+        from . import lm
+
+        value = getattr(lm, name)
+        globals()[name] = value  # looked up once
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_NAMES})
 
 
 # LLaMPPL's names and module paths (``from llamppl import smc_standard``, ``llamppl.llms``, ...)

@@ -205,10 +205,13 @@ def test_rows_sort_by_kind_and_a_moved_module_is_one_row():
         Rows({"a": "b", "b": "a"}).our_module("a")
 
 
-def test_llamppl_alone_does_not_import_the_engines_and_hfppl_alone_is_llamppl():
+def test_llamppl_alone_imports_neither_engines_nor_transformers_and_hfppl_alone_is_llamppl():
     code = (
         "import sys, llamppl\n"
         "assert 'llamppl.inference' not in sys.modules\n"
+        # the HF backend (transformers: seconds) loads when CachedCausalLM is first looked up
+        "assert 'transformers' not in sys.modules and 'llamppl.lm.hf' not in sys.modules\n"
+        "assert 'CachedCausalLM' in dir(llamppl) and 'CacheStats' in dir(llamppl.lm)\n"
         "f = llamppl.smc_standard\n"
         "assert 'llamppl.inference' in sys.modules and f is sys.modules['llamppl.inference'].smc_standard\n"
     )
@@ -223,5 +226,7 @@ def test_old_names_join_all_and_star_imports():
     exec("from llamppl import *", namespace)
     assert namespace["smc_steer"] is llamppl.smc_steer and namespace["LogCategorical"]
     assert "CachedTransformer" in dir(llamppl)
+    # CachedCausalLM is looked up on first use (it loads transformers), one class everywhere
+    assert namespace["CachedCausalLM"] is llamppl.lm.CachedCausalLM is llamppl.lm.hf.CachedCausalLM
     with pytest.raises(AttributeError, match="no_such_name"):
         _ = llamppl.no_such_name
