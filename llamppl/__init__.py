@@ -11,7 +11,6 @@ Write a :class:`Model` subclass whose ``step`` uses ``sample`` / ``observe`` /
 
 import warnings as _warnings
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
 # transformers imports tqdm.auto, which in Jupyter without ipywidgets warns "IProgress not
 # found" and then uses the plain text bar anyway: import it first, without the warning
@@ -31,6 +30,7 @@ from .distributions import (
     Transformer,
     Uniform,
 )
+from .lazy_exports import lazy_exports as _lazy_exports
 from .lm import VLLMLM, ByteLM, FunctionLM, LanguageModel
 from .modeling import Model
 from .rng import current_rng, using_rng
@@ -38,8 +38,8 @@ from .runner import run
 from .submodel import SubModel, submodel
 from .token import Token
 
-if _TYPE_CHECKING:  # for type checkers and the docs; at run time see __getattr__
-    from .lm import CachedCausalLM
+if _TYPE_CHECKING:  # for type checkers and the docs; at run time: __getattr__ below
+    from .lm.hf.cached_causal_lm import CachedCausalLM
 
 __version__ = "0.1.0"
 
@@ -71,24 +71,11 @@ __all__ = [
     "sample_word_2",
 ]
 
-#: Imported on first use: the Hugging Face backend loads ``transformers`` (seconds), which
-#: programs on a FunctionLM or a VLLMLM never need.
-_LAZY_NAMES = ("CachedCausalLM",)
-
-
-def __getattr__(name: str) -> _Any:
-    if name in _LAZY_NAMES:
-        from . import lm
-
-        value = getattr(lm, name)
-        globals()[name] = value  # looked up once
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY_NAMES})
-
+# The HF backend loads transformers (seconds), which programs on a FunctionLM or a VLLMLM never
+# need: it is imported when CachedCausalLM is first looked up (see llamppl.lazy_exports).
+__getattr__, __dir__ = _lazy_exports(
+    globals(), {"CachedCausalLM": "llamppl.lm.hf.cached_causal_lm:CachedCausalLM"}
+)
 
 # LLaMPPL's names and module paths (``from llamppl import smc_standard``, ``llamppl.llms``, ...)
 # are rows of one table, served from here on by one import hook: see llamppl.compat.

@@ -214,6 +214,9 @@ def test_llamppl_alone_imports_neither_engines_nor_transformers_and_hfppl_alone_
         "assert 'CachedCausalLM' in dir(llamppl) and 'CacheStats' in dir(llamppl.lm)\n"
         "f = llamppl.smc_standard\n"
         "assert 'llamppl.inference' in sys.modules and f is sys.modules['llamppl.inference'].smc_standard\n"
+        # nor do the programs and constraints (the LogitsProcessors load on first look-up)
+        "import llamppl.constraints, llamppl.models\n"
+        "assert 'transformers' not in sys.modules and 'PowerLawSampler' in dir(llamppl.models)\n"
     )
     env = {**os.environ, "PYTHONWARNINGS": pythonwarnings()}  # the suite's warning policy
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300, env=env)
@@ -228,5 +231,15 @@ def test_old_names_join_all_and_star_imports():
     assert "CachedTransformer" in dir(llamppl)
     # CachedCausalLM is looked up on first use (it loads transformers), one class everywhere
     assert namespace["CachedCausalLM"] is llamppl.lm.CachedCausalLM is llamppl.lm.hf.CachedCausalLM
+    from llamppl import decoding, models
+    from llamppl.decoding import power_law
+    from llamppl.decoding.power_law import sampler
+
+    assert models.PowerLawSampler is decoding.PowerLawSampler is power_law.PowerLawSampler
+    assert models.POWER_LAW_PRESETS is decoding.POWER_LAW_PRESETS is power_law.PRESETS
+    assert models.PowerLawDraw is sampler.PowerLawDraw is power_law.PowerLawDraw
+    assert models.GrammarLogitsProcessor.__module__ == "llamppl.decoding.grammar.logits"
+    with pytest.raises(AttributeError, match="'llamppl.models' has no attribute 'no_such_name'"):
+        _ = models.no_such_name
     with pytest.raises(AttributeError, match="no_such_name"):
         _ = llamppl.no_such_name
