@@ -10,6 +10,7 @@ Write a :class:`Model` subclass whose ``step`` uses ``sample`` / ``observe`` /
 """
 
 import warnings as _warnings
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 # transformers imports tqdm.auto, which in Jupyter without ipywidgets warns "IProgress not
 # found" and then uses the plain text bar anyway: import it first, without the warning
@@ -29,12 +30,16 @@ from .distributions import (
     Transformer,
     Uniform,
 )
-from .lm import VLLMLM, ByteLM, CachedCausalLM, FunctionLM, LanguageModel
+from .lazy_exports import lazy_exports as _lazy_exports
+from .lm import VLLMLM, ByteLM, FunctionLM, LanguageModel
 from .modeling import Model
 from .rng import current_rng, using_rng
 from .runner import run
 from .submodel import SubModel, submodel
 from .token import Token
+
+if _TYPE_CHECKING:  # for type checkers and the docs; at run time: __getattr__ below
+    from .lm.hf.cached_causal_lm import CachedCausalLM
 
 __version__ = "0.1.0"
 
@@ -66,6 +71,11 @@ __all__ = [
     "sample_word_2",
 ]
 
+# The HF backend loads transformers (seconds), which programs on a FunctionLM or a VLLMLM never
+# need: it is imported when CachedCausalLM is first looked up (see llamppl.lazy_exports).
+__getattr__, __dir__ = _lazy_exports(
+    globals(), {"CachedCausalLM": "llamppl.lm.hf.cached_causal_lm:CachedCausalLM"}
+)
 
 # LLaMPPL's names and module paths (``from llamppl import smc_standard``, ``llamppl.llms``, ...)
 # are rows of one table, served from here on by one import hook: see llamppl.compat.

@@ -9,10 +9,10 @@ constraint names, ``llamppl.models.constraints``, ``.power_law``, ...) are rows 
 compatibility table (:mod:`llamppl.compat`).
 """
 
-from llamppl.decoding.grammar.logits import GrammarLogitsProcessor
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from llamppl.decoding.power_law.proposal import PowerLawProposal, power_law_history
-from llamppl.decoding.power_law.sampler import PRESETS as POWER_LAW_PRESETS
-from llamppl.decoding.power_law.sampler import PowerLawDraw, PowerLawSampler
+from llamppl.lazy_exports import lazy_exports as _lazy_exports
 
 from .drafts import draft_from_layers, skip_middle_draft, truncated_draft
 from .generation import Generation
@@ -27,6 +27,11 @@ from .speculative import SpeculativeDecoding, SpeculativeResult, speculative_smc
 from .sql import SQLAnswer, SQLResult, TextToSQL, text_to_sql, text_to_sql_async
 from .sql_prompt import SQLExample
 from .structured import StructuredResult, generate_json, generate_json_async
+
+if _TYPE_CHECKING:  # for type checkers and the docs; at run time: __getattr__ below
+    from llamppl.decoding.grammar.logits import GrammarLogitsProcessor
+    from llamppl.decoding.power_law.sampler import PRESETS as POWER_LAW_PRESETS
+    from llamppl.decoding.power_law.sampler import PowerLawDraw, PowerLawSampler
 
 __all__ = [
     "specs",
@@ -62,3 +67,15 @@ __all__ = [
     "SQLResult",
     "SQLExample",
 ]
+
+# transformers LogitsProcessors (the power-law sampler, the grammar's HF masking): imported
+# when first looked up, so that the programs do not load transformers (llamppl.lazy_exports)
+__getattr__, __dir__ = _lazy_exports(
+    globals(),
+    {
+        "PowerLawSampler": "llamppl.decoding.power_law.sampler:PowerLawSampler",
+        "PowerLawDraw": "llamppl.decoding.power_law.sampler:PowerLawDraw",
+        "POWER_LAW_PRESETS": "llamppl.decoding.power_law.sampler:PRESETS",
+        "GrammarLogitsProcessor": "llamppl.decoding.grammar.logits:GrammarLogitsProcessor",
+    },
+)

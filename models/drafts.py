@@ -26,14 +26,19 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from llamppl.lm.hf.cached_causal_lm import CachedCausalLM
 from llamppl.validation import check_nonnegative_int, check_positive_int
+
+if TYPE_CHECKING:  # imported where used: the HF backend loads transformers
+    from llamppl.lm.hf.cached_causal_lm import CachedCausalLM
 
 __all__ = ["draft_from_layers", "skip_middle_draft", "truncated_draft"]
 
 
 def _layer_count(lm: object) -> int:
+    from llamppl.lm.hf.cached_causal_lm import CachedCausalLM
+
     if not isinstance(lm, CachedCausalLM):
         raise TypeError(f"lm must be a CachedCausalLM, got {type(lm).__name__}")
     return lm.model.config.get_text_config(decoder=True).num_hidden_layers
@@ -52,6 +57,8 @@ def draft_from_layers(lm: CachedCausalLM, layers: Sequence[int]) -> CachedCausal
     ``layers``; log softmax(head(norm(h))).
     """
     from transformers import AutoModelForCausalLM
+
+    from llamppl.lm.hf.cached_causal_lm import CachedCausalLM
 
     total = _layer_count(lm)
     if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence):

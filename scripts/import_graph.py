@@ -44,6 +44,7 @@ FLOORS: list[tuple[str, str, tuple[str, ...]]] = [
             "llamppl.batching",
             "llamppl.cpu_accounts",
             "llamppl.threads",
+            "llamppl.lazy_exports",
         ),
     ),
     ("lm", "llamppl/lm", ("llamppl.lm",)),

@@ -151,8 +151,13 @@ def _add_lazy_names(module: ModuleType, lazy: dict[str, str]) -> None:
             return previous(name)
         raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
 
+    previous_dir = vars(module).get("__dir__")
+
+    def __dir__() -> list[str]:
+        return sorted(set(previous_dir() if previous_dir is not None else vars(module)) | set(lazy))
+
     module.__getattr__ = __getattr__
-    module.__dir__ = lambda: sorted(set(vars(module)) | set(lazy))
+    module.__dir__ = __dir__
     names = vars(module).get("__all__")
     if names is None:
         module.__all__ = list(lazy)

@@ -35,6 +35,8 @@ the engines and the library programs, which re-export its public names (the old
     from llamppl.decoding import max_word_length, PowerLawSampler
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from llamppl.decoding.constraints.protocol import (
     AllOf,
     Constraint,
@@ -45,9 +47,12 @@ from llamppl.decoding.constraints.protocol import (
 from llamppl.decoding.constraints.time_bound import CheckTimeout, time_bound
 from llamppl.decoding.grammar.compile import CompileTimeout
 from llamppl.decoding.power_law.proposal import PowerLawProposal, power_law_history
-from llamppl.decoding.power_law.sampler import PRESETS as POWER_LAW_PRESETS
-from llamppl.decoding.power_law.sampler import PowerLawDraw, PowerLawSampler
 from llamppl.decoding.text.characters import banned_words, max_word_length, regex_prefix
+from llamppl.lazy_exports import lazy_exports as _lazy_exports
+
+if _TYPE_CHECKING:  # for type checkers and the docs; at run time: __getattr__ below
+    from llamppl.decoding.power_law.sampler import PRESETS as POWER_LAW_PRESETS
+    from llamppl.decoding.power_law.sampler import PowerLawDraw, PowerLawSampler
 
 __all__ = [
     "Constraint",
@@ -67,3 +72,14 @@ __all__ = [
     "PowerLawProposal",
     "power_law_history",
 ]
+
+# The sampler is a transformers LogitsProcessor: imported when first looked up, so that
+# constraints and proposals do not load transformers (see llamppl.lazy_exports)
+__getattr__, __dir__ = _lazy_exports(
+    globals(),
+    {
+        "PowerLawSampler": "llamppl.decoding.power_law.sampler:PowerLawSampler",
+        "PowerLawDraw": "llamppl.decoding.power_law.sampler:PowerLawDraw",
+        "POWER_LAW_PRESETS": "llamppl.decoding.power_law.sampler:PRESETS",
+    },
+)

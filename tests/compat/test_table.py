@@ -205,12 +205,18 @@ def test_rows_sort_by_kind_and_a_moved_module_is_one_row():
         Rows({"a": "b", "b": "a"}).our_module("a")
 
 
-def test_llamppl_alone_does_not_import_the_engines_and_hfppl_alone_is_llamppl():
+def test_llamppl_alone_imports_neither_engines_nor_transformers_and_hfppl_alone_is_llamppl():
     code = (
         "import sys, llamppl\n"
         "assert 'llamppl.inference' not in sys.modules\n"
+        # the HF backend (transformers: seconds) loads when CachedCausalLM is first looked up
+        "assert 'transformers' not in sys.modules and 'llamppl.lm.hf' not in sys.modules\n"
+        "assert 'CachedCausalLM' in dir(llamppl) and 'CacheStats' in dir(llamppl.lm)\n"
         "f = llamppl.smc_standard\n"
         "assert 'llamppl.inference' in sys.modules and f is sys.modules['llamppl.inference'].smc_standard\n"
+        # nor do the programs and constraints (the LogitsProcessors load on first look-up)
+        "import llamppl.constraints, llamppl.models\n"
+        "assert 'transformers' not in sys.modules and 'PowerLawSampler' in dir(llamppl.models)\n"
     )
     env = {**os.environ, "PYTHONWARNINGS": pythonwarnings()}  # the suite's warning policy
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300, env=env)
@@ -223,5 +229,17 @@ def test_old_names_join_all_and_star_imports():
     exec("from llamppl import *", namespace)
     assert namespace["smc_steer"] is llamppl.smc_steer and namespace["LogCategorical"]
     assert "CachedTransformer" in dir(llamppl)
+    # CachedCausalLM is looked up on first use (it loads transformers), one class everywhere
+    assert namespace["CachedCausalLM"] is llamppl.lm.CachedCausalLM is llamppl.lm.hf.CachedCausalLM
+    from llamppl import decoding, models
+    from llamppl.decoding import power_law
+    from llamppl.decoding.power_law import sampler
+
+    assert models.PowerLawSampler is decoding.PowerLawSampler is power_law.PowerLawSampler
+    assert models.POWER_LAW_PRESETS is decoding.POWER_LAW_PRESETS is power_law.PRESETS
+    assert models.PowerLawDraw is sampler.PowerLawDraw is power_law.PowerLawDraw
+    assert models.GrammarLogitsProcessor.__module__ == "llamppl.decoding.grammar.logits"
+    with pytest.raises(AttributeError, match="'llamppl.models' has no attribute 'no_such_name'"):
+        _ = models.no_such_name
     with pytest.raises(AttributeError, match="no_such_name"):
         _ = llamppl.no_such_name

@@ -11,7 +11,22 @@
     from llamppl.decoding.power_law import PowerLawSampler
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from llamppl.decoding.power_law.proposal import PowerLawProposal, power_law_history
-from llamppl.decoding.power_law.sampler import PRESETS, PowerLawDraw, PowerLawSampler
+from llamppl.lazy_exports import lazy_exports as _lazy_exports
+
+if _TYPE_CHECKING:  # for type checkers and the docs; at run time: __getattr__ below
+    from llamppl.decoding.power_law.sampler import PRESETS, PowerLawDraw, PowerLawSampler
 
 __all__ = ["PRESETS", "PowerLawDraw", "PowerLawProposal", "PowerLawSampler", "power_law_history"]
+
+# The sampler is a transformers LogitsProcessor: imported when first looked up
+__getattr__, __dir__ = _lazy_exports(
+    globals(),
+    {
+        "PowerLawSampler": "llamppl.decoding.power_law.sampler:PowerLawSampler",
+        "PowerLawDraw": "llamppl.decoding.power_law.sampler:PowerLawDraw",
+        "PRESETS": "llamppl.decoding.power_law.sampler:PRESETS",
+    },
+)

@@ -13,16 +13,19 @@ weight ``p(v) / q(v)`` is exact and SMC still targets the program's posterior::
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
 from llamppl.context import LMContext, LMNextToken
-from llamppl.decoding.power_law.sampler import PowerLawSampler
 from llamppl.distributions import Distribution
 from llamppl.rng import current_rng
 from llamppl.row_sampling import gather_row, sample_row
 from llamppl.token import Token
 from llamppl.validation import check_real_range
+
+if TYPE_CHECKING:  # imported where used: the sampler is a transformers LogitsProcessor
+    from llamppl.decoding.power_law.sampler import PowerLawSampler
 
 __all__ = ["PowerLawProposal", "power_law_history"]
 
@@ -68,6 +71,8 @@ class PowerLawProposal(Distribution):
     ) -> None:
         if not isinstance(context, LMContext):
             raise TypeError(f"context must be an LMContext, got {type(context).__name__}")
+        from llamppl.decoding.power_law.sampler import PowerLawSampler
+
         if not isinstance(sampler, PowerLawSampler):
             raise TypeError(f"sampler must be a PowerLawSampler, got {type(sampler).__name__}")
         self.defensive = check_real_range("defensive", defensive, 0.0, 1.0)
