@@ -44,8 +44,8 @@ from llamppl.constraints import sql
 from llamppl.decoding.constraints import time_bound
 from llamppl.decoding.sql.lexer import canonical_sql
 from llamppl.inference import enumerate_exact, smc_standard
-from llamppl.models import TextToSQL
-from llamppl.models.sql import Found, rank_answers, text_to_sql
+from llamppl.models import TextToSQL, text_to_sql
+from llamppl.models.sql_answers import Found, rank_answers
 
 VOCAB = [
     "<s>",

@@ -21,7 +21,7 @@ from llamppl import FunctionLM, run
 from llamppl.decoding.sql.lexer import has_order_by
 from llamppl.inference import enumerate_exact, smc_standard
 from llamppl.models import TextToSQL, text_to_sql
-from llamppl.models.sql import found_texts, rank_answers
+from llamppl.models.sql_answers import found_texts, rank_answers
 from llamppl.models.sql_cues import asked, cue_penalty, features, motivated, wide
 from llamppl.models.sql_examples import masked_words, nearest_examples, similarity
 from llamppl.models.sql_prompt import SQLExample
