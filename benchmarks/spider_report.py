@@ -4,21 +4,12 @@ grammar masks, database checks and the rest."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
+from _stats import wilson
+
 __all__ = ["profile_split", "table", "wilson"]
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson's 95 % score interval for k successes in n trials."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, mid - half), min(1.0, mid + half))
 
 
 def table(records: list[dict]) -> str:
