@@ -37,6 +37,7 @@ program under the loosest constraint (``SQLResult.relaxed``)::
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sqlite3
 from collections import Counter
@@ -49,7 +50,7 @@ from llamppl.decoding.sql.constraint import SQL, sql
 from llamppl.lm.base import LanguageModel
 from llamppl.rng import make_rng
 from llamppl.runner import run
-from llamppl.validation import check_positive_int
+from llamppl.validation import check_positive_int, check_real_range
 
 from .hard_constraints import HardConstraint
 from .sql_answers import RANKS, SQLAnswer, found_texts, rank_answers
@@ -161,8 +162,7 @@ class TextToSQL(HardConstraint):
         cues: float = DEFAULT_CUES,
         **options: Any,
     ) -> None:
-        if isinstance(cues, bool) or not isinstance(cues, (int, float)) or not cues >= 0:
-            raise ValueError(f"cues must be a number >= 0 (the weight λ; 0: off), got {cues!r}")
+        cues = check_real_range("cues", cues, 0.0, math.inf)
         constraint = program_constraint(
             db, question, tables=tables, allow_empty=allow_empty, values=values, literals=literals
         )

@@ -31,6 +31,7 @@ import re
 from collections.abc import Sequence
 
 from llamppl.decoding.sql.database import Schema
+from llamppl.validation import check_nonnegative_int, check_positive_int
 
 from .sql_linking import question_words
 from .sql_prompt import SQLExample
@@ -95,10 +96,8 @@ def nearest_examples(
 
     ``schema`` is the question's own database (its names are masked in the question); each
     example's names are masked with the tables its own ``schema`` text declares."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"k must be an int >= 0, got {k!r}")
-    if isinstance(per_db, bool) or not isinstance(per_db, int) or per_db < 1:
-        raise ValueError(f"per_db must be an int >= 1, got {per_db!r}")
+    k = check_nonnegative_int("k", k)
+    per_db = check_positive_int("per_db", per_db)
     if isinstance(pool, SQLExample) or not all(isinstance(e, SQLExample) for e in pool):
         raise TypeError("pool must be a sequence of SQLExample")
     target = masked_words(question, schema)

@@ -38,6 +38,7 @@ from llamppl.decoding.constraints.time_bound import (
     current_bound,
 )
 from llamppl.decoding.sql.database import Database
+from llamppl.validation import check_positive_int
 
 __all__ = ["DEFAULT_MAX_ROWS", "PROGRESS_OPS", "SAFE_FUNCTIONS", "Executor", "Run"]
 
@@ -116,8 +117,7 @@ class Executor:
     ) -> None:
         if not isinstance(database, Database):
             raise TypeError(f"database must be a Database, got {type(database).__name__}")
-        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
-            raise ValueError(f"max_rows must be a positive integer, got {max_rows!r}")
+        max_rows = check_positive_int("max_rows", max_rows)
         self.database = database
         self.timeout = check_timeout_seconds("timeout", timeout)
         self.max_rows = max_rows
