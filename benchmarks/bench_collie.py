@@ -61,6 +61,7 @@ from typing import Any
 import torch
 from _args import nonnegative_int, positive_int
 from _concurrency import add_concurrency_argument, concurrency, solve_all
+from _stats import wilson
 
 METHODS = ("plain", "lcd", "smc", "smc-learned")
 DEFAULT_METHODS = ("plain", "lcd", "smc")
@@ -185,16 +186,6 @@ async def solve(
         "constraint": repr(constraint),
         **extra,
     }
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson's 95 % score interval for k successes in n trials."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, mid - half), min(1.0, mid + half))
 
 
 def average_interval(by_structure: dict[str, list[bool]]) -> tuple[float, float]:

@@ -48,13 +48,17 @@ also judges strings with no LM, as its token-level walk does: ``c.accepts_prefix
   ``Grammar.from_json_schema``, ``GrammarConstraint`` and ``generate_json``), with the
   spelling the target fixes: numbers, and the order of an object's keys (``key_order``:
   the schema's, as ``Grammar.order_keys`` writes it, or any).
+- **Databases** — :func:`sql` (:class:`SQL`): a query in SQLite's language over a
+  database's own tables and columns (a grammar, compiled once per schema) that runs on it,
+  read-only and time-bounded (the costly part, checked lazily); options: the tables allowed,
+  whether an empty result passes, string literals that must occur in their column.
 - **Chemistry** (the ``chem`` extra: ``pip install 'llamppl[chem]'``) — :func:`smiles`: the
   text is a SMILES string (a partial-SMILES prefix check closed under prefixes, and
   partialsmiles' full parse as the complete check), and :func:`open_closures`, the ring bonds and branches a prefix leaves
   open (a guide, not a bound).
 
 The modules behind these names live in :mod:`llamppl.decoding` (by concern:
-``constraints``, ``text``, ``grammar``); this module only gathers them.
+``constraints``, ``text``, ``grammar``, ``sql``); this module only gathers them.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ from llamppl.decoding.constraints import (
 from llamppl.decoding.constraints.canonical import Canonical, canonical
 from llamppl.decoding.grammar import CompileTimeout, Grammar
 from llamppl.decoding.grammar.json_budget import JSONBudget
+from llamppl.decoding.sql import SQL, sql
 from llamppl.decoding.text import (
     Bounds,
     PlainCharacters,
@@ -118,6 +123,9 @@ __all__ = [
     "CompileTimeout",
     "Grammar",
     "JSONBudget",
+    # databases
+    "SQL",
+    "sql",
     # chemistry
     "Smiles",
     "open_closures",

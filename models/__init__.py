@@ -1,5 +1,6 @@
 """Library programs of llamppl (``llamppl.models``): ready-made ``Model`` subclasses and the
-drivers of the seed papers (``power_smc``, ``speculative_smc``, ``specs``, ``generate_json``).
+drivers of the seed papers (``power_smc``, ``speculative_smc``, ``specs``, ``generate_json``,
+``text_to_sql``).
 
 Constraints, which programs take, are imported from :mod:`llamppl.constraints`; the
 token-level kernels live one floor down in :mod:`llamppl.decoding`. The power-law sampler and
@@ -23,6 +24,8 @@ from .power_sampling import PowerSampling, low_temperature_decode, power_smc
 from .prompt_intersection import PromptIntersection
 from .specs import beam_search, specs
 from .speculative import SpeculativeDecoding, SpeculativeResult, speculative_smc
+from .sql import SQLAnswer, SQLResult, TextToSQL, text_to_sql, text_to_sql_async
+from .sql_prompt import SQLExample
 from .structured import StructuredResult, generate_json, generate_json_async
 
 if _TYPE_CHECKING:  # for type checkers and the docs; at run time: __getattr__ below
@@ -57,6 +60,12 @@ __all__ = [
     "generate_json",
     "generate_json_async",
     "StructuredResult",
+    "TextToSQL",
+    "text_to_sql",
+    "text_to_sql_async",
+    "SQLAnswer",
+    "SQLResult",
+    "SQLExample",
 ]
 
 # transformers LogitsProcessors (the power-law sampler, the grammar's HF masking): imported
