@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--data",
         type=Path,
-        default=Path(__file__).resolve().parents[3] / "shared" / "data" / "spider",
+        default=Path(__file__).resolve().parents[2] / "shared" / "data" / "spider",
     )
     ap.add_argument(
         "--per-db", type=positive_int, default=None, help="questions per database (default: all)"

@@ -162,7 +162,7 @@ class QueryCheck(Constraint):
             if error is not None:
                 return error
         if self.value_index is not None:
-            for c in literal_comparisons(toks, self.schema):
+            for c in literal_comparisons(toks, self.schema, complete=True):
                 if not self.value_index.ok(c):
                     return f"no value {c.literal!r} in column {c.column}"
         return None

@@ -3,7 +3,8 @@
 A question names a value ("singers from France") and the query must spell it as the data
 does (``'France'``, not ``'france'`` or ``'FR'``). :func:`literal_comparisons` finds, in a
 query or a prefix of one, every string literal compared to a column reference on its left
-with ``=``, ``==``, ``!=``, ``<>``, ``[NOT] LIKE`` or ``[NOT] IN ( ... )``; :class:`Values`
+with ``=``, ``==``, ``!=``, ``<>``, ``[NOT] LIKE`` or ``[NOT] IN ( ... )``, or on its right
+with ``=``, ``==``, ``!=``, ``<>`` (``'France' = country``; read once the name is complete); :class:`Values`
 answers whether such a literal can occur:
 
 - closed (``'France'``): ``=``-like comparisons and ``IN`` lists need a row whose column
@@ -111,11 +112,24 @@ def _resolve(toks: list[Token], at: int, schema: Schema) -> tuple[tuple[str, ...
     return (tuple(named), col) if named else None
 
 
-def literal_comparisons(toks: list[Token], schema: Schema) -> list[Comparison]:
-    """Every string literal among ``toks`` compared to a column on its left (module docstring)."""
+def literal_comparisons(
+    toks: list[Token], schema: Schema, complete: bool = False
+) -> list[Comparison]:
+    """Every string literal among ``toks`` compared to a column on its left, or by ``=``-like
+    operators to one on its right (module docstring). A column on the right is read once a
+    token follows it (a prefix may still be writing a longer name), or at the end of a
+    ``complete`` text."""
     out: list[Comparison] = []
     for i, tok in enumerate(toks):
-        if not is_string_literal(tok, schema) or i < 2:
+        if not is_string_literal(tok, schema):
+            continue
+        right = _right_column(toks, i, complete)
+        if right is not None:
+            resolved = _resolve(toks, right, schema)
+            if resolved is not None:
+                out.append(Comparison(resolved[0], resolved[1], False, tok.value, tok.closed))
+            continue
+        if i < 2:
             continue
         op, like = toks[i - 1], False
         if op.text in _EQUAL:
@@ -141,6 +155,21 @@ def literal_comparisons(toks: list[Token], schema: Schema) -> list[Comparison]:
         if resolved is not None:
             out.append(Comparison(resolved[0], resolved[1], like, tok.value, tok.closed))
     return out
+
+
+def _right_column(toks: list[Token], i: int, complete: bool) -> int | None:
+    """The index of the column reference right of ``toks[i] =`` (``'France' = country``,
+    ``'x' != t.c``), or None: no such reference, or one a prefix may still extend."""
+    if i + 2 >= len(toks) or toks[i + 1].text not in _EQUAL:
+        return None
+    at = i + 2
+    if at + 1 < len(toks) and toks[at + 1].text == ".":
+        at += 2
+    if at >= len(toks) or toks[at].kind not in ("word", "quoted") or is_keyword(toks[at].text):
+        return None
+    if at + 1 >= len(toks) and not complete:
+        return None
+    return at
 
 
 class Values:
