@@ -137,7 +137,8 @@ async def answer(
     path = database_path(data, q.db_id)
     extra: dict[str, Any] = {}
     chosen = shots(q, data, examples, k)
-    prompt_options: dict[str, Any] = {"examples": chosen} if k else {}
+    # the nearest examples of the other databases; the built-in ones when there are none
+    prompt_options: dict[str, Any] = {"examples": chosen} if chosen else {}
     if method in ("smc", "smc-sqlrank", "smc-move", "smc-exec"):
         options: dict[str, Any] = {
             "max_tokens": max_tokens,

@@ -75,6 +75,12 @@ def test_examples_are_tidy_and_never_from_the_database_asked(data):
     shots = B.shots(q, data, None, 2)
     assert shots and all(e in pools["farm"] for e in shots)
     assert shots[-1].question == q.question  # the same template, from the other database
+    alone = data.parent / "alone"
+    (alone / "database").mkdir(parents=True)
+    (alone / "database" / "zoo").symlink_to(data / "database" / "zoo")
+    zoo = [r for r in json.loads((data / "questions.json").read_text()) if r["db_id"] == "zoo"]
+    (alone / "questions.json").write_text(json.dumps(zoo))
+    assert B.shots(E.load_questions(alone)[0], alone, None, 2) == []  # then: built-in examples
 
 
 def test_sql_read_out_of_free_text():
