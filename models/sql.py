@@ -37,6 +37,7 @@ program under the loosest constraint (``SQLResult.relaxed``)::
 from __future__ import annotations
 
 import functools
+import html
 import math
 import os
 import sqlite3
@@ -244,6 +245,45 @@ class SQLResult:
     def best(self) -> SQLAnswer | None:
         """The first answer, or None when no particle passed."""
         return self.answers[0] if self.answers else None
+
+    def _head(self) -> str:
+        loose = ", relaxed (fallback)" if self.relaxed else ""
+        return f"SQLResult({len(self.answers)} queries, log_ml={self.log_ml:.4f}{loose})"
+
+    def _nothing(self) -> str:
+        causes = ", ".join(f"{k} ×{v}" for k, v in self.failures.items()) or "none recorded"
+        return f"no query passed; particles failed: {causes}"
+
+    def __repr__(self) -> str:
+        lines = [self._head()]
+        lines += [
+            f"  {a.rows_mass:6.3f} {a.mass:6.3f}  {a.sql}  -> {_preview(a.rows)}"
+            for a in self.answers[:10]
+        ]
+        if not self.answers:
+            lines.append("  " + self._nothing())
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{a.rows_mass:.3f}</td><td>{a.mass:.3f}</td>"
+            f"<td style='text-align:left'><code>{html.escape(a.sql)}</code></td>"
+            f"<td style='text-align:left'>{html.escape(_preview(a.rows))}</td></tr>"
+            for a in self.answers[:20]
+        )
+        if not self.answers:
+            rows = f"<tr><td colspan=4>{html.escape(self._nothing())}</td></tr>"
+        return (
+            f"<b>{html.escape(self._head())}</b><table><tr><th>result mass</th>"
+            f"<th>query mass</th><th>SQL</th><th>rows</th></tr>{rows}</table>"
+        )
+
+
+def _preview(rows: tuple[tuple, ...], k: int = 3) -> str:
+    """The first ``k`` rows of a result, and how many there are."""
+    shown = ", ".join(repr(r) for r in rows[:k])
+    more = f", … ({len(rows)} rows)" if len(rows) > k else ""
+    return f"[{shown}{more}]"
 
 
 async def text_to_sql_async(

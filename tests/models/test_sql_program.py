@@ -159,6 +159,9 @@ def test_the_fallback_answers_when_no_particle_passes(lm, db):
     assert out.answers and all(a.rows for a in out.answers)
     off = text_to_sql(lm, "Which singers?", db, 4, seed=0, fallback=False, **strict)
     assert not off.answers and not off.relaxed
+    # what a notebook shows: the answers with their masses and rows, or why there are none
+    assert "relaxed" in repr(out) and out.best.sql in repr(out) and "<table>" in out._repr_html_()
+    assert "no query passed" in repr(off) and "no query passed" in off._repr_html_()
 
 
 def test_cues_read_the_question_and_the_query():
