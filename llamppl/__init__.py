@@ -18,6 +18,7 @@ with _warnings.catch_warnings():
     _warnings.filterwarnings("ignore", message="IProgress not found")
     import tqdm.auto as _tqdm_auto  # noqa: F401
 
+from . import lazy_exports
 from .chunks import sample_word, sample_word_2
 from .context import LMContext, LMNextToken, LMTokenMask
 from .distributions import (
@@ -30,7 +31,6 @@ from .distributions import (
     Transformer,
     Uniform,
 )
-from .lazy_exports import lazy_exports as _lazy_exports
 from .lm import VLLMLM, ByteLM, FunctionLM, LanguageModel
 from .modeling import Model
 from .rng import current_rng, using_rng
@@ -73,7 +73,7 @@ __all__ = [
 
 # The HF backend loads transformers (seconds), which programs on a FunctionLM or a VLLMLM never
 # need: it is imported when CachedCausalLM is first looked up (see llamppl.lazy_exports).
-__getattr__, __dir__ = _lazy_exports(
+__getattr__, __dir__ = lazy_exports.lazy_exports(
     globals(), {"CachedCausalLM": "llamppl.lm.hf.cached_causal_lm:CachedCausalLM"}
 )
 

@@ -11,8 +11,8 @@ compatibility table (:mod:`llamppl.compat`).
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from llamppl import lazy_exports
 from llamppl.decoding.power_law.proposal import PowerLawProposal, power_law_history
-from llamppl.lazy_exports import lazy_exports as _lazy_exports
 
 from .drafts import draft_from_layers, skip_middle_draft, truncated_draft
 from .generation import Generation
@@ -70,7 +70,7 @@ __all__ = [
 
 # transformers LogitsProcessors (the power-law sampler, the grammar's HF masking): imported
 # when first looked up, so that the programs do not load transformers (llamppl.lazy_exports)
-__getattr__, __dir__ = _lazy_exports(
+__getattr__, __dir__ = lazy_exports.lazy_exports(
     globals(),
     {
         "PowerLawSampler": "llamppl.decoding.power_law.sampler:PowerLawSampler",

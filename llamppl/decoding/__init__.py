@@ -37,6 +37,7 @@ the engines and the library programs, which re-export its public names (the old
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from llamppl import lazy_exports
 from llamppl.decoding.constraints.protocol import (
     AllOf,
     Constraint,
@@ -48,7 +49,6 @@ from llamppl.decoding.constraints.time_bound import CheckTimeout, time_bound
 from llamppl.decoding.grammar.compile import CompileTimeout
 from llamppl.decoding.power_law.proposal import PowerLawProposal, power_law_history
 from llamppl.decoding.text.characters import banned_words, max_word_length, regex_prefix
-from llamppl.lazy_exports import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:  # for type checkers and the docs; at run time: __getattr__ below
     from llamppl.decoding.power_law.sampler import PRESETS as POWER_LAW_PRESETS
@@ -75,7 +75,7 @@ __all__ = [
 
 # The sampler is a transformers LogitsProcessor: imported when first looked up, so that
 # constraints and proposals do not load transformers (see llamppl.lazy_exports)
-__getattr__, __dir__ = _lazy_exports(
+__getattr__, __dir__ = lazy_exports.lazy_exports(
     globals(),
     {
         "PowerLawSampler": "llamppl.decoding.power_law.sampler:PowerLawSampler",

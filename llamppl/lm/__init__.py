@@ -7,7 +7,8 @@ their backend loads ``transformers``, which costs seconds that programs on a
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from ..lazy_exports import lazy_exports as _lazy_exports
+from llamppl import lazy_exports
+
 from .base import LanguageModel, LMStats, validate_token_ids
 from .bytes import ByteLM, ByteLMStats
 from .function_lm import FunctionLM
@@ -29,7 +30,7 @@ __all__ = [
     "ByteLMStats",
 ]
 
-__getattr__, __dir__ = _lazy_exports(
+__getattr__, __dir__ = lazy_exports.lazy_exports(
     globals(),
     {
         "CachedCausalLM": "llamppl.lm.hf.cached_causal_lm:CachedCausalLM",

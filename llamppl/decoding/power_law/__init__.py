@@ -13,8 +13,8 @@
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from llamppl import lazy_exports
 from llamppl.decoding.power_law.proposal import PowerLawProposal, power_law_history
-from llamppl.lazy_exports import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:  # for type checkers and the docs; at run time: __getattr__ below
     from llamppl.decoding.power_law.sampler import PRESETS, PowerLawDraw, PowerLawSampler
@@ -22,7 +22,7 @@ if _TYPE_CHECKING:  # for type checkers and the docs; at run time: __getattr__ b
 __all__ = ["PRESETS", "PowerLawDraw", "PowerLawProposal", "PowerLawSampler", "power_law_history"]
 
 # The sampler is a transformers LogitsProcessor: imported when first looked up
-__getattr__, __dir__ = _lazy_exports(
+__getattr__, __dir__ = lazy_exports.lazy_exports(
     globals(),
     {
         "PowerLawSampler": "llamppl.decoding.power_law.sampler:PowerLawSampler",
