@@ -134,6 +134,13 @@ class TextToSQL(HardConstraint):
         The system message.
     max_tokens : int | None
         Tokens of the query at most (end token included; default 64).
+    temperature : float
+        The LM's temperature (> 0; the target is then the tempered LM's conditional).
+    cues : float
+        The weight λ of the question cues (:mod:`~llamppl.models.sql_cues`; default 2, 0: off).
+    literals : str | None
+        ``"question"`` (the default): the query's literals come from the question; a text: from
+        it; None: any literal.
     **options
         :class:`~llamppl.models.HardConstraint`'s options (``proposal``, ``check_timeout``,
         ``end_twist``, ``twist``, ...).
@@ -164,6 +171,7 @@ class TextToSQL(HardConstraint):
         **options: Any,
     ) -> None:
         cues = check_real_range("cues", cues, 0.0, math.inf)
+        temperature = check_real_range("temperature", temperature, 0.0, math.inf, lo_open=True)
         constraint = program_constraint(
             db, question, tables=tables, allow_empty=allow_empty, values=values, literals=literals
         )
@@ -178,6 +186,7 @@ class TextToSQL(HardConstraint):
         self.question = question
         self.cues = float(cues)
         self.cue_level = 0
+        self.asked = asked(question)  # the features the question asks for (read once)
 
     async def step(self) -> None:
         """One token (:class:`HardConstraint`), then the question cues' potential brought up to
@@ -203,7 +212,7 @@ async def _anticipated_cues(model: TextToSQL, own: Any = None) -> float:
     """The twist of a live query: ``−λ`` per feature the question asks for that the text does
     not have yet (what its potential would charge if it ended now), plus the program's own
     ``twist`` when one was given."""
-    level = -model.cues * len(asked(model.question) - features(model.text))
+    level = -model.cues * len(model.asked - features(model.text))
     if own is not None:
         level += await twist_level(own, model)
     return level

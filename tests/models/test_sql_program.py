@@ -185,6 +185,8 @@ def test_cues_read_the_question_and_the_query():
 def test_bad_options_of_the_program_are_named(lm, db):
     with pytest.raises(ValueError, match="cues"):
         _program(lm, db, cues=-1.0)
+    with pytest.raises(ValueError, match="temperature"):
+        _program(lm, db, temperature=0.0)
     with pytest.raises(ValueError, match="fallback"):
         text_to_sql(lm, QUESTION, db, 2, seed=0, fallback="yes")
 
